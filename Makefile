@@ -1,0 +1,52 @@
+# Railflow: the two commands are `make run` and `make test`. See README.md.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: run test test-unit cluster-up cluster-down cluster-status bench lint venv clean
+
+# The venv is (re)built only when pyproject.toml changed since the last install.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev,spark]'
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/railflow serve
+
+# Starts the real cluster, runs every test, and always stops the cluster again.
+test: $(STAMP)
+	@$(PY) -m infra up || { $(PY) -m infra down; exit 1; }
+	@set +e; $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  $(PY) -m infra down; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
+	  exit $$rc
+
+# Tests that need no cluster (fast feedback while editing).
+test-unit: $(STAMP)
+	$(PY) -m pytest -m "not cluster" $(PYTEST_ARGS)
+
+cluster-up: $(STAMP)
+	$(PY) -m infra up
+
+cluster-down: $(STAMP)
+	$(PY) -m infra down
+
+cluster-status: $(STAMP)
+	$(PY) -m infra status
+
+bench: $(STAMP)
+	@set -e; for b in bench/[a-z]*.py; do echo "== $$b"; $(PY) $$b --quick; done
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy workflows replog checkpoints metrics_engine
+
+clean:
+	rm -rf $(VENV) .railflow bench/results

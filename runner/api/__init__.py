@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI). ``create_app()`` builds the application; route handlers stay thin."""
