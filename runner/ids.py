@@ -1,0 +1,21 @@
+"""Deterministic ids. Apply may not draw random ids, so ids derive from event ids and offsets."""
+
+from __future__ import annotations
+
+import hashlib
+
+
+def run_id(event_id: str, workflow_id: str) -> str:
+    """The one run of ``workflow_id`` for ``event_id`` (at most one per pair, by construction)."""
+    digest = hashlib.blake2b(f"{event_id}\x00{workflow_id}".encode(), digest_size=10)
+    return "r_" + digest.hexdigest()
+
+
+def effect_id(offset: int, index: int) -> str:
+    """An effect is named by the log entry that produced it and its position among the effects."""
+    return f"e{offset}.{index}"
+
+
+def hash_prefix(key: str, chars: int = 4) -> str:
+    """A short hex hash that spreads rows across HBase regions."""
+    return hashlib.md5(key.encode()).hexdigest()[:chars]

@@ -1,0 +1,92 @@
+"""The ``RunRecord`` written to the run store, the ``RunStore`` protocol and its factory."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
+
+if TYPE_CHECKING:
+    from runner.settings import Settings
+
+lookup_runs_max = 1_000  # a lookup returns at most this many runs
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run as stored: the event, the path taken and the decision (if reached)."""
+
+    run_id: str
+    event_id: str
+    event_type: str
+    workflow_id: str
+    workflow_version: int
+    state: str  # running | waiting | decided
+    event: dict[str, Any]
+    path: list[dict[str, Any]] = field(default_factory=list)
+    decision: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    started_ts: int = 0
+    updated_ts: int = 0
+    offset: int = -1  # log offset of the entry that produced this version of the run
+
+    @property
+    def order_id(self) -> str:
+        data = self.event.get("data") or {}
+        return str(data.get("order_id") or self.event_id)
+
+    @property
+    def card(self) -> str | None:
+        value = (self.event.get("data") or {}).get("card")
+        return None if value is None else str(value)
+
+    @property
+    def customer(self) -> str | None:
+        value = (self.event.get("data") or {}).get("customer")
+        return None if value is None else str(value)
+
+    def index_values(self) -> list[tuple[str, str]]:
+        pairs = [("order", self.order_id), ("card", self.card), ("customer", self.customer)]
+        return [(k, v) for k, v in pairs if v and "/" not in v and len(v) <= 512]
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, raw: bytes) -> RunRecord:
+        return cls(**orjson.loads(raw))
+
+    def newer_than(self, other: RunRecord | None) -> bool:
+        """A write never replaces a later version of the same run (re-driven writes)."""
+        return other is None or self.offset >= other.offset
+
+
+class RunStore(Protocol):
+    """Where runs live outside the replicated state. Every method may block on I/O."""
+
+    def put_many(self, runs: list[RunRecord]) -> None: ...
+
+    def get(self, run_id: str) -> RunRecord | None: ...
+
+    def lookup(self, kind: str, value: str, limit: int = lookup_runs_max) -> list[RunRecord]:
+        """Runs whose order id (``kind='order'``), card or customer equals ``value``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def open_run_store(settings: Settings) -> RunStore:
+    """The store the settings ask for (``hbase``, ``rocksdb`` or ``memory``)."""
+    kind = settings.effective_run_store
+    if kind == "hbase":
+        from runner.runstore.hbase import HBaseRunStore
+
+        return HBaseRunStore(settings.hbase_host, settings.hbase_port, settings.hbase_table)
+    if kind == "rocksdb":
+        from runner.runstore.rocks import RocksRunStore
+
+        return RocksRunStore(settings.node_dir / "runs")
+    from runner.runstore.memory import MemoryRunStore
+
+    return MemoryRunStore()

@@ -1,0 +1,111 @@
+"""The cluster run store: HBase through happybase (Thrift).
+
+One table, four column families: ``event`` (the event as received), ``path`` (state, steps,
+workflow version, metric values), ``decision`` (the decision reached) and ``index`` (rows that
+point from an order id, card or customer to a run). Each cell is written with HBase timestamp
+``offset + 1`` of the entry that produced it, so a re-driven older write never hides a newer
+one and writing the same version twice is harmless. One ``put_many`` is one Thrift batch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import happybase
+import orjson
+
+from runner.runstore import keys
+from runner.runstore.base import RunRecord, lookup_runs_max
+
+FAMILIES = ("event", "path", "decision", "index")
+pool_connections_max = 4
+thrift_timeout_ms = 5_000
+
+
+def _cells(run: RunRecord) -> dict[bytes, bytes]:
+    return {
+        b"event:id": run.event_id.encode(),
+        b"event:type": run.event_type.encode(),
+        b"event:body": orjson.dumps(run.event),
+        b"path:state": run.state.encode(),
+        b"path:workflow": run.workflow_id.encode(),
+        b"path:version": str(run.workflow_version).encode(),
+        b"path:steps": orjson.dumps(run.path),
+        b"path:metrics": orjson.dumps(run.metrics),
+        b"path:started_ts": str(run.started_ts).encode(),
+        b"path:updated_ts": str(run.updated_ts).encode(),
+        b"path:offset": str(run.offset).encode(),
+        b"decision:name": (run.decision or "").encode(),
+    }
+
+
+def _record(run_id: str, row: dict[bytes, bytes]) -> RunRecord:
+    decision = row.get(b"decision:name", b"").decode()
+    return RunRecord(
+        run_id=run_id,
+        event_id=row[b"event:id"].decode(),
+        event_type=row[b"event:type"].decode(),
+        workflow_id=row[b"path:workflow"].decode(),
+        workflow_version=int(row[b"path:version"]),
+        state=row[b"path:state"].decode(),
+        event=orjson.loads(row[b"event:body"]),
+        path=orjson.loads(row[b"path:steps"]),
+        decision=decision or None,
+        metrics=orjson.loads(row[b"path:metrics"]),
+        started_ts=int(row[b"path:started_ts"]),
+        updated_ts=int(row[b"path:updated_ts"]),
+        offset=int(row[b"path:offset"]),
+    )
+
+
+class HBaseRunStore:
+    def __init__(self, host: str, port: int, table: str) -> None:
+        self._table_name = table
+        self._pool = happybase.ConnectionPool(
+            size=pool_connections_max, host=host, port=port, timeout=thrift_timeout_ms
+        )
+        with self._pool.connection() as conn:
+            existing = {t.decode() for t in conn.tables()}
+            if table not in existing:
+                try:
+                    conn.create_table(table, {f: {"max_versions": 1} for f in FAMILIES})
+                except Exception:  # noqa: BLE001 - another node created it first
+                    if table.encode() not in conn.tables():
+                        raise
+
+    def put_many(self, runs: list[RunRecord]) -> None:
+        if not runs:
+            return
+        by_ts: dict[int, list[RunRecord]] = defaultdict(list)
+        for run in runs:
+            by_ts[run.offset + 1].append(run)
+        with self._pool.connection() as conn:
+            table = conn.table(self._table_name)
+            for ts, group in by_ts.items():
+                with table.batch(timestamp=ts) as batch:
+                    for run in group:
+                        batch.put(keys.run_key(run.run_id), _cells(run))
+                        for kind, value in run.index_values():
+                            key = keys.index_key(kind, value, run.run_id)
+                            batch.put(key, {b"index:run": run.run_id.encode()})
+
+    def get(self, run_id: str) -> RunRecord | None:
+        with self._pool.connection() as conn:
+            row = conn.table(self._table_name).row(keys.run_key(run_id))
+        return _record(run_id, row) if row else None
+
+    def lookup(self, kind: str, value: str, limit: int = lookup_runs_max) -> list[RunRecord]:
+        prefix = keys.index_prefix(kind, value)
+        limit = min(limit, lookup_runs_max)
+        with self._pool.connection() as conn:
+            table = conn.table(self._table_name)
+            run_ids = [
+                keys.run_id_of_index_key(k)
+                for k, _ in table.scan(row_prefix=prefix, limit=limit, columns=[b"index:run"])
+            ]
+            rows = table.rows([keys.run_key(r) for r in run_ids])
+        by_key = dict(rows)
+        return [_record(r, by_key[keys.run_key(r)]) for r in run_ids if keys.run_key(r) in by_key]
+
+    def close(self) -> None:
+        pass

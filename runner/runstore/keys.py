@@ -1,0 +1,34 @@
+"""Row keys shared by every run store.
+
+Run rows: ``run/<hash4(run_id)>/<run_id>``. Index rows: ``<kind>/<hash4(value)>/<value>/<run_id>``
+for kind in ``order``, ``card``, ``customer``; a lookup is a prefix scan of
+``<kind>/<hash4(value)>/<value>/``. The hash prefix spreads writes; the value after it keeps
+all runs of one order (card, customer) contiguous.
+"""
+
+from __future__ import annotations
+
+from runner.ids import hash_prefix
+
+INDEX_KINDS = ("order", "card", "customer")
+value_bytes_max = 512  # longer lookup values are rejected, not truncated
+
+
+def run_key(run_id: str) -> bytes:
+    return f"run/{hash_prefix(run_id)}/{run_id}".encode()
+
+
+def index_prefix(kind: str, value: str) -> bytes:
+    if kind not in INDEX_KINDS:
+        raise ValueError(f"unknown index kind {kind!r}")
+    if "/" in value or len(value.encode()) > value_bytes_max:
+        raise ValueError(f"{kind} value must be ≤ {value_bytes_max} bytes without '/'")
+    return f"{kind}/{hash_prefix(value)}/{value}/".encode()
+
+
+def index_key(kind: str, value: str, run_id: str) -> bytes:
+    return index_prefix(kind, value) + run_id.encode()
+
+
+def run_id_of_index_key(key: bytes) -> str:
+    return key.rsplit(b"/", 1)[1].decode()

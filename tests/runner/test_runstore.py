@@ -1,0 +1,49 @@
+"""The run store contract, for the in-memory and RocksDB stores (HBase: test_cluster_runstore)."""
+
+import pytest
+
+from runner.runstore.base import RunRecord
+from runner.runstore.memory import MemoryRunStore
+from runner.runstore.rocks import RocksRunStore
+from runner.runstore import keys
+
+
+def _run(i: int, offset: int = 1, state: str = "running", card: str = "c1") -> RunRecord:
+    return RunRecord(
+        run_id=f"r{i}", event_id=f"o-{i}", event_type="order", workflow_id="w3",
+        workflow_version=1, state=state,
+        event={"event_id": f"o-{i}", "data": {"card": card, "customer": f"u{i % 2}"}},
+        decision="approve" if state == "decided" else None, offset=offset,
+    )
+
+
+@pytest.fixture(params=["memory", "rocksdb"])
+def store(request, tmp_path):
+    s = MemoryRunStore() if request.param == "memory" else RocksRunStore(tmp_path / "runs")
+    yield s
+    s.close()
+
+
+def test_get_returns_latest_version_and_ignores_older_rewrite(store):
+    store.put_many([_run(1, offset=5)])
+    store.put_many([_run(1, offset=9, state="decided")])
+    store.put_many([_run(1, offset=5)])  # a re-driven older write
+    got = store.get("r1")
+    assert got is not None and got.state == "decided" and got.decision == "approve"
+    assert store.get("missing") is None
+
+
+def test_lookups_by_order_card_customer(store):
+    store.put_many([_run(i, card="c1" if i < 3 else "c2") for i in range(5)])
+    assert sorted(r.run_id for r in store.lookup("card", "c1")) == ["r0", "r1", "r2"]
+    assert sorted(r.run_id for r in store.lookup("card", "c2")) == ["r3", "r4"]
+    assert [r.run_id for r in store.lookup("order", "o-4")] == ["r4"]
+    assert sorted(r.run_id for r in store.lookup("customer", "u1")) == ["r1", "r3"]
+    assert store.lookup("card", "c") == []  # a prefix of a value is not a match
+
+
+def test_row_keys_are_spread_by_hash_prefix():
+    prefixes = {keys.run_key(f"r_{i}").split(b"/")[1] for i in range(200)}
+    assert len(prefixes) > 100
+    with pytest.raises(ValueError):
+        keys.index_prefix("card", "a/b")
