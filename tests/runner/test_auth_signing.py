@@ -1,0 +1,84 @@
+"""API keys, console roles, HMAC signatures, webhook retries and the demo score."""
+
+import random
+
+import httpx
+import pytest
+
+from runner import signing, webhooks
+from runner.auth import AuthStore
+from runner.scoring import demo_score
+
+
+def test_api_keys_are_stored_hashed_and_survive_reload(tmp_path):
+    store = AuthStore(tmp_path / "auth.json", "s")
+    key = store.create_key("demo")
+    assert key not in (tmp_path / "auth.json").read_text()
+    again = AuthStore(tmp_path / "auth.json", "s")
+    assert again.principal(key).kind == "client"
+    assert again.principal(key + "x") is None
+
+
+def test_console_roles_and_tokens(tmp_path):
+    store = AuthStore(None, "secret")
+    store.create_user("ann", "pw", "manager")
+    assert store.login("ann", "wrong") is None
+    user = store.principal(store.login("ann", "pw"))
+    assert user.has_role("analyst") and user.has_role("manager") and not user.has_role("admin")
+    forged = AuthStore(None, "other").issue_token("ann", "admin")
+    assert store.principal(forged) is None
+    expired = store.issue_token("ann", "admin", now_s=0)
+    assert store.principal(expired) is None
+
+
+def test_signature_round_trip_and_tamper():
+    body = b'{"a":1}'
+    header = signing.sign("k", body, 1000)
+    assert signing.verify("k", body, header, now_ms=2000)
+    assert not signing.verify("k", body + b" ", header, now_ms=2000)
+    assert not signing.verify("other", body, header, now_ms=2000)
+    assert not signing.verify("k", body, header, now_ms=1000 + signing.signature_age_ms_max + 1)
+    assert not signing.verify("k", body, "garbage", now_ms=2000)
+
+
+def test_backoff_is_capped_and_grows():
+    rng = random.Random(1)
+    assert all(webhooks.backoff_ms(1, 100, 1000, rng) <= 100 for _ in range(50))
+    assert all(webhooks.backoff_ms(10, 100, 1000, rng) <= 1000 for _ in range(50))
+    assert max(webhooks.backoff_ms(4, 100, 10_000, rng) for _ in range(200)) > 400
+
+
+@pytest.mark.anyio
+async def test_webhook_retries_until_success_and_signs():
+    seen = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(503 if len(seen) < 3 else 200)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        ok = await webhooks.deliver(client, "http://x/hook", {"d": 1}, secret="k",
+                                    idempotency_key="e1.0", attempts_max=5, base_ms=1, cap_ms=2)
+    assert ok and len(seen) == 3
+    assert all(r.headers["Idempotency-Key"] == "e1.0" for r in seen)
+    assert signing.verify("k", seen[0].content, seen[0].headers[signing.HEADER],
+                          now_ms=int(seen[0].headers[signing.HEADER][2:].split(",")[0]))
+
+
+@pytest.mark.anyio
+async def test_webhook_gives_up_on_client_error():
+    calls = []
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(
+            lambda r: calls.append(r) or httpx.Response(400))) as client:
+        ok = await webhooks.deliver(client, "http://x/", {}, secret="k", idempotency_key="e",
+                                    attempts_max=5, base_ms=1, cap_ms=2)
+    assert not ok and len(calls) == 1
+
+
+def test_demo_score_is_deterministic_and_ordered():
+    order = {"card": "c1", "device": "d", "merchant": "m", "amount": 5_000, "country": "US"}
+    assert demo_score(order) == demo_score(dict(order))
+    risky = dict(order, amount=900_000, country="NG", channel="card-not-present")
+    assert demo_score(risky) > demo_score(order)
+    assert 0 <= demo_score({"amount": "bad"}) <= 100
