@@ -1,0 +1,92 @@
+"""Start a node from the newest valid checkpoint instead of replaying the whole log.
+
+``bootstrap`` walks the checkpoints newest first; for each it reads and self-checks the
+manifest, downloads the parts verifying size and sha256, restores the state machine, and
+checks the restored digest against the manifest. Anything wrong is logged on one line and the
+next older checkpoint is tried. The caller then replays the log from the returned offset + 1
+(or from the start when it returns None).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Protocol
+
+from checkpoints.errors import CorruptCheckpoint
+from checkpoints.read import fetch_parts, list_offsets, read_manifest
+from checkpoints.stores import CheckpointStore
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS_MAX = 32
+
+
+class Restorable(Protocol):
+    def restore(self, dir: Path) -> None: ...
+
+    def digest(self) -> str: ...
+
+    @property
+    def applied_offset(self) -> int: ...
+
+
+def bootstrap(
+    store: CheckpointStore,
+    state_machine: Restorable,
+    *,
+    scratch_root: Path | None = None,
+    verify_digest: bool = True,
+) -> int | None:
+    """Restore the newest valid checkpoint; return its offset, or None when there is none."""
+    offsets = list_offsets(store)
+    if not offsets:
+        log.info("no checkpoint in %s: replaying the log from the start", store.url)
+        return None
+    for attempt, offset in enumerate(offsets):
+        if attempt >= ATTEMPTS_MAX:
+            log.error("gave up after %d unusable checkpoints in %s", ATTEMPTS_MAX, store.url)
+            break
+        scratch = Path(tempfile.mkdtemp(prefix=f"restore-{offset}-", dir=scratch_root))
+        started = time.perf_counter()
+        try:
+            manifest = read_manifest(store, offset)
+            fetch_parts(store, manifest, scratch)
+            fetched_s = time.perf_counter() - started
+            state_machine.restore(scratch)
+            restored = state_machine.applied_offset
+            if restored != offset:
+                raise CorruptCheckpoint(f"restored state is at offset {restored}, not {offset}")
+            if verify_digest and manifest.digest:
+                digest = state_machine.digest()
+                if digest != manifest.digest:
+                    raise CorruptCheckpoint(
+                        f"restored digest {digest} != manifest digest {manifest.digest}"
+                    )
+        except CorruptCheckpoint as exc:
+            log.warning(
+                "skipping checkpoint %d in %s: %s; falling back to the one before",
+                offset,
+                store.url,
+                exc,
+            )
+            continue
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        log.info(
+            "restored checkpoint %d from %s (%d bytes, fetch %.3f s, total %.3f s, writer %s);"
+            " replay from offset %d",
+            offset,
+            store.url,
+            manifest.total_bytes,
+            fetched_s,
+            time.perf_counter() - started,
+            manifest.writer_node or "?",
+            offset + 1,
+        )
+        return offset
+    log.warning("no usable checkpoint in %s: replaying the log from the start", store.url)
+    return None

@@ -1,0 +1,192 @@
+"""Take checkpoints from the apply loop without stalling it.
+
+The node loop calls ``maybe_checkpoint(applied_offset, writer_id)`` after each apply. When the
+offset crosses a multiple of ``every_entries`` (the same offsets on every node, so digests can
+be compared), the state machine's ``snapshot()`` captures a consistent view on the calling
+thread; that capture is the only pause. Writing the parts, uploading them, the manifest and
+retention run on one background thread. At most one checkpoint is in flight; a boundary
+crossed while one is still uploading is skipped. Failures are logged and counted, never raised
+into the apply loop.
+
+A snapshot writer may offer ``digest()`` (computed on its captured view, in the background)
+and ``close()`` (release the view); without ``digest()`` the state machine's ``digest()`` is
+called during the capture and counts toward the pause.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from checkpoints.errors import InvariantViolation
+from checkpoints.layout import manifest_key
+from checkpoints.manifest import Manifest
+from checkpoints.retention import RETAIN_MAX, prune
+from checkpoints.stores import CheckpointStore
+from checkpoints.write import upload_checkpoint
+
+log = logging.getLogger(__name__)
+
+PAUSES_KEPT_MAX = 4096
+EVERY_ENTRIES_MIN = 1
+
+
+class SnapshotWriter(Protocol):
+    def write(self, dir: Path) -> None: ...
+
+
+class Snapshottable(Protocol):
+    def snapshot(self) -> SnapshotWriter: ...
+
+    def digest(self) -> str: ...
+
+    @property
+    def applied_offset(self) -> int: ...
+
+
+@dataclass
+class CheckpointerStats:
+    taken: int = 0
+    failed: int = 0
+    skipped_busy: int = 0
+    skipped_existing: int = 0
+    last_offset: int = -1
+    last_bytes: int = 0
+    last_upload_s: float = 0.0
+    pauses_s: collections.deque[float] = field(
+        default_factory=lambda: collections.deque(maxlen=PAUSES_KEPT_MAX)
+    )
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        store: CheckpointStore,
+        state_machine: Snapshottable,
+        every_entries: int,
+        retain: int,
+        *,
+        node_id: str = "",
+        scratch_root: Path | None = None,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        if every_entries < EVERY_ENTRIES_MIN:
+            raise ValueError(f"every_entries must be >= {EVERY_ENTRIES_MIN}, got {every_entries}")
+        if not 1 <= retain <= RETAIN_MAX:
+            raise ValueError(f"retain must be in 1..{RETAIN_MAX}, got {retain}")
+        self.store = store
+        self.state_machine = state_machine
+        self.every_entries = every_entries
+        self.retain = retain
+        self.node_id = node_id or socket.gethostname()
+        self.scratch_root = scratch_root
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpointer")
+        self._inflight: Future[Manifest | None] | None = None
+        self._lock = threading.Lock()
+        self._prev_offset: int | None = None
+        self.stats = CheckpointerStats()
+
+    def maybe_checkpoint(self, applied_offset: int, writer_id: int) -> bool:
+        """Called after each apply; captures and starts an upload when a boundary is crossed."""
+        prev, self._prev_offset = self._prev_offset, applied_offset
+        if prev is None or applied_offset // self.every_entries <= prev // self.every_entries:
+            return False
+        if self.busy:
+            self.stats.skipped_busy += 1
+            log.warning(
+                "checkpoint at %d skipped: the previous one is still uploading", applied_offset
+            )
+            return False
+        self.checkpoint(applied_offset, writer_id)
+        return True
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            return self._inflight is not None and not self._inflight.done()
+
+    def checkpoint(self, applied_offset: int, writer_id: int) -> Future[Manifest | None]:
+        """Capture now (on the caller's thread, which must be the apply thread) and upload in
+        the background. The future gives the manifest, or None when this offset already had
+        a checkpoint in the store."""
+        sm_offset = self.state_machine.applied_offset
+        if sm_offset != applied_offset:
+            raise InvariantViolation(
+                f"checkpoint asked at {applied_offset} but the state is at {sm_offset}"
+            )
+        if self.busy:
+            raise InvariantViolation("a checkpoint is already in flight")
+        started = time.perf_counter()
+        writer = self.state_machine.snapshot()
+        digest = None if callable(getattr(writer, "digest", None)) else self.state_machine.digest()
+        pause_s = time.perf_counter() - started
+        self.stats.pauses_s.append(pause_s)
+        created_at_ms = self._clock_ms()
+        with self._lock:
+            self._inflight = self._pool.submit(
+                self._write, writer, applied_offset, writer_id, digest, created_at_ms
+            )
+            return self._inflight
+
+    def _write(
+        self, writer: Any, offset: int, writer_id: int, digest: str | None, created_at_ms: int
+    ) -> Manifest | None:
+        scratch = Path(tempfile.mkdtemp(prefix=f"ckpt-{offset}-", dir=self.scratch_root))
+        started = time.perf_counter()
+        try:
+            if self.store.exists(manifest_key(offset)):
+                # Another node already checkpointed this offset; the state there is the same.
+                self.stats.skipped_existing += 1
+                return None
+            writer.write(scratch)
+            if digest is None:
+                digest = str(writer.digest())
+            manifest = upload_checkpoint(
+                self.store,
+                scratch,
+                offset=offset,
+                writer_id=writer_id,
+                digest=digest,
+                created_at_ms=created_at_ms,
+                writer_node=self.node_id,
+            )
+            prune(self.store, self.retain)
+            self.stats.taken += 1
+            self.stats.last_offset = offset
+            self.stats.last_bytes = manifest.total_bytes
+            self.stats.last_upload_s = time.perf_counter() - started
+            return manifest
+        except Exception:
+            self.stats.failed += 1
+            log.exception("checkpoint at offset %d to %s failed", offset, self.store.url)
+            raise
+        finally:
+            close = getattr(writer, "close", None)
+            if callable(close):
+                close()
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def wait(self, timeout_s: float | None = None) -> Manifest | None:
+        """Wait for the checkpoint in flight, if any; re-raises its failure."""
+        with self._lock:
+            fut = self._inflight
+        return None if fut is None else fut.result(timeout=timeout_s)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Let the checkpoint in flight finish (its failure is already logged), then stop."""
+        try:
+            self.wait(timeout_s)
+        except Exception:  # noqa: BLE001 - already logged by _write
+            pass
+        self._pool.shutdown(wait=True)
