@@ -1,0 +1,115 @@
+"""When the checkpointer captures, what it skips, and that failures stay out of the apply loop."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from checkpoints import Checkpointer, InvariantViolation, bootstrap, list_offsets
+from checkpoints.stores.local import LocalStore
+
+from .helpers import BlobStateMachine, GatedStore
+
+
+def _run(cp: Checkpointer, sm: BlobStateMachine, offsets: range, wait: bool = True) -> list[int]:
+    taken = []
+    for offset in offsets:
+        sm.set(offset, "s.bin", str(offset).encode())
+        if cp.maybe_checkpoint(offset, writer_id=1):
+            taken.append(offset)
+            if wait:
+                cp.wait(timeout_s=60)
+    return taken
+
+
+def test_captures_when_crossing_a_multiple_of_every_entries(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "s")
+    sm = BlobStateMachine()
+    cp = Checkpointer(store, sm, every_entries=10, retain=10)
+    assert _run(cp, sm, range(0, 35)) == [10, 20, 30]
+    cp.close()
+    assert list_offsets(store) == [30, 20, 10]
+    assert cp.stats.taken == 3 and len(cp.stats.pauses_s) == 3
+
+
+def test_the_same_offsets_on_a_node_that_starts_mid_log(tmp_path: Path) -> None:
+    # A node restored at 14 checkpoints at the same offsets as one that started at 0.
+    sm = BlobStateMachine()
+    cp = Checkpointer(LocalStore(tmp_path / "s"), sm, every_entries=10, retain=10)
+    assert _run(cp, sm, range(14, 41)) == [20, 30, 40]
+    cp.close()
+
+
+def test_gaps_in_offsets_still_cross_boundaries(tmp_path: Path) -> None:
+    sm = BlobStateMachine()
+    cp = Checkpointer(LocalStore(tmp_path / "s"), sm, every_entries=10, retain=10)
+    assert _run(cp, sm, range(0, 60, 7)) == [14, 21, 35, 42, 56]
+    cp.close()
+
+
+def test_a_boundary_crossed_while_uploading_is_skipped(tmp_path: Path, caplog) -> None:
+    store = GatedStore(LocalStore(tmp_path / "s"))
+    store.gate.clear()
+    sm = BlobStateMachine()
+    cp = Checkpointer(store, sm, every_entries=10, retain=10)
+    with caplog.at_level(logging.WARNING, logger="checkpoints"):
+        assert _run(cp, sm, range(0, 25), wait=False) == [10]
+    assert cp.stats.skipped_busy == 1
+    store.gate.set()
+    cp.wait(timeout_s=60)
+    assert _run(cp, sm, range(25, 31)) == [30]
+    cp.close()
+    assert list_offsets(store) == [30, 10]
+    assert any("still uploading" in r.message for r in caplog.records)
+
+
+def test_a_failed_upload_never_raises_into_apply(tmp_path: Path, caplog) -> None:
+    store = GatedStore(LocalStore(tmp_path / "s"))
+    store.fail.set()
+    sm = BlobStateMachine()
+    cp = Checkpointer(store, sm, every_entries=10, retain=10)
+    with caplog.at_level(logging.ERROR, logger="checkpoints"):
+        taken = []
+        for offset in range(0, 12):
+            sm.set(offset, "s.bin", b"x")
+            if cp.maybe_checkpoint(offset, 1):
+                taken.append(offset)
+                with pytest.raises(OSError):
+                    cp.wait(timeout_s=60)
+    assert taken == [10] and cp.stats.failed == 1
+    assert list_offsets(store) == []  # parts never written; no manifest anywhere
+    assert any("checkpoint at offset 10" in r.message for r in caplog.records)
+    store.fail.clear()
+    assert _run(cp, sm, range(12, 21)) == [20]
+    cp.close()
+    restored = BlobStateMachine()
+    assert bootstrap(store, restored, scratch_root=tmp_path) == 20
+
+
+def test_capture_at_an_offset_the_state_is_not_at_is_a_bug(tmp_path: Path) -> None:
+    sm = BlobStateMachine()
+    sm.set(5, "s.bin", b"5")
+    cp = Checkpointer(LocalStore(tmp_path / "s"), sm, every_entries=10, retain=2)
+    with pytest.raises(InvariantViolation):
+        cp.checkpoint(4, writer_id=1)
+    cp.close()
+
+
+def test_an_offset_already_checkpointed_by_another_node_is_not_rewritten(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "s")
+    sm = BlobStateMachine()
+    sm.set(10, "s.bin", b"10")
+    first = Checkpointer(store, sm, every_entries=10, retain=2, node_id="leader")
+    assert first.checkpoint(10, 1).result(timeout=60) is not None
+    second = Checkpointer(store, sm, every_entries=10, retain=2, node_id="follower")
+    assert second.checkpoint(10, 1).result(timeout=60) is None
+    assert second.stats.skipped_existing == 1
+    first.close(), second.close()
+
+
+@pytest.mark.parametrize("every, retain", [(0, 1), (10, 0)])
+def test_limits_are_checked(tmp_path: Path, every: int, retain: int) -> None:
+    with pytest.raises(ValueError):
+        Checkpointer(LocalStore(tmp_path), BlobStateMachine(), every_entries=every, retain=retain)
