@@ -1,0 +1,262 @@
+"""The pure core of a replica: roles, fencing, pending requests and group commit.
+
+No I/O, no threads, no clock: the shell (``replog.node.Node`` or the simulator) passes the time
+in and performs what the core asks. The protocol on the leader:
+
+1. ``submit`` queues a request and returns a token;
+2. the shell calls ``take_batch`` and appends the drafts to the log in one group commit;
+3. the shell feeds every consumed record to ``begin``; if the step says apply, it calls the
+   state machine and then ``finish``, which completes the token with ``Applied`` only now,
+   after this node applied the entry itself.
+
+A new leader first appends ``LeaderStarted`` and releases queued requests only once it has
+applied it, so it serves from a state that includes every entry before its own.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from replog.entry import KIND_LEADER_STARTED, RESERVED_PREFIX, Entry, leader_started_payload
+from replog.errors import (
+    AppendFailed,
+    AppendTimeout,
+    Fenced,
+    NotLeader,
+    Overloaded,
+    ReplogError,
+    require,
+)
+from replog.fence import Fence, Verdict
+from replog.protocols import Applied
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    STARTING = "starting"  # elected, waiting to apply its own LeaderStarted
+    LEADER = "leader"
+
+
+@dataclass(frozen=True)
+class Limits:
+    pending_requests_max: int = 10_000
+    batch_entries_max: int = 512
+
+
+@dataclass(frozen=True)
+class Completion:
+    token: int
+    result: Applied | None = None
+    error: ReplogError | None = None
+
+
+@dataclass
+class Step:
+    """What to do with one consumed record."""
+
+    entry: Entry  # with ts clamped so that applied time never goes backwards
+    verdict: Verdict | None  # None: an offset already processed (a redelivery)
+    completions: list[Completion] = field(default_factory=list)
+
+    @property
+    def apply(self) -> bool:
+        return self.verdict is Verdict.ACCEPT
+
+
+@dataclass
+class _Draft:
+    seq: int
+    kind: str
+    payload: bytes
+    deadline_ms: int | None  # None: the LeaderStarted entry, which has no caller
+
+
+class ReplicaCore:
+    def __init__(self, *, start_offset: int = 0, start_writer_id: int = -1, limits: Limits = Limits()):
+        self.limits = limits
+        self.role = Role.FOLLOWER
+        self.my_writer_id: int | None = None
+        self.fence = Fence(start_writer_id)
+        self.next_offset = start_offset
+        self.last_ts = 0  # largest ts applied
+        self._stamped_ts = 0  # largest ts this node stamped
+        self._next_seq = 0
+        self._outbox: deque[int] = deque()
+        self._drafts: dict[int, _Draft] = {}  # queued or in flight, by seq
+        self._leader_started_seq: int | None = None
+
+    # -- state --------------------------------------------------------------------------
+    @property
+    def applied_offset(self) -> int:
+        """The last offset processed (applied or skipped); -1 when none."""
+        return self.next_offset - 1
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def pending_count(self) -> int:
+        return sum(1 for d in self._drafts.values() if d.deadline_ms is not None)
+
+    # -- election -----------------------------------------------------------------------
+    def elected(self, writer_id: int) -> tuple[bool, list[Completion]]:
+        """Start leading as ``writer_id``. Returns (accepted, completions).
+
+        Refused when the log already holds a larger writer id: this node must rejoin the
+        election with a new id.
+        """
+        if self.role is not Role.FOLLOWER and self.my_writer_id == writer_id:
+            return True, []
+        if writer_id < self.fence.writer_id:
+            return False, self.deposed("a larger writer id is already in the log")
+        completions = self._fail_all(NotLeader("leadership changed"))
+        self.role = Role.STARTING
+        self.my_writer_id = writer_id
+        seq = self._new_seq()
+        self._drafts[seq] = _Draft(seq, KIND_LEADER_STARTED, leader_started_payload(writer_id), None)
+        self._outbox.append(seq)
+        self._leader_started_seq = seq
+        return True, completions
+
+    def deposed(self, reason: str = "deposed") -> list[Completion]:
+        """Stop leading at once: every pending request fails, queued drafts are dropped."""
+        self.role = Role.FOLLOWER
+        self.my_writer_id = None
+        self._leader_started_seq = None
+        return self._fail_all(NotLeader(reason))
+
+    # -- requests -----------------------------------------------------------------------
+    def submit(self, kind: str, payload: bytes, now_ms: int, timeout_ms: int) -> int:
+        """Queue a request on the leader; returns its token. Raises NotLeader / Overloaded."""
+        if kind.startswith(RESERVED_PREFIX):
+            raise ValueError(f"kinds starting with {RESERVED_PREFIX!r} are reserved")
+        if self.role is Role.FOLLOWER:
+            raise NotLeader()
+        if self.pending_count >= self.limits.pending_requests_max:
+            raise Overloaded(f"{self.limits.pending_requests_max} requests pending")
+        seq = self._new_seq()
+        self._drafts[seq] = _Draft(seq, kind, payload, now_ms + timeout_ms)
+        self._outbox.append(seq)
+        return seq
+
+    def has_batch(self) -> bool:
+        if self.role is Role.FOLLOWER or not self._outbox:
+            return False
+        if self.role is Role.STARTING:
+            return self._outbox[0] == self._leader_started_seq
+        return True
+
+    def take_batch(self, now_ms: int) -> list[Entry]:
+        """The next group of entries to append, stamped with this leader's id and time.
+
+        While starting, only the LeaderStarted entry is released.
+        """
+        if self.role is Role.FOLLOWER:
+            return []
+        writer_id = self.my_writer_id
+        require(writer_id is not None, "a leader without a writer id")
+        ts = max(now_ms, self._stamped_ts, self.last_ts)
+        self._stamped_ts = ts
+        batch: list[Entry] = []
+        while self._outbox and len(batch) < self.limits.batch_entries_max:
+            seq = self._outbox[0]
+            if self.role is Role.STARTING and seq != self._leader_started_seq:
+                break
+            self._outbox.popleft()
+            draft = self._drafts.get(seq)
+            if draft is None:  # timed out while queued: never written
+                continue
+            batch.append(Entry(-1, writer_id, ts, draft.kind, draft.payload, seq))
+        return batch
+
+    def append_failed(self, seqs: list[int], error: str) -> list[Completion]:
+        """The log refused these entries. A failed LeaderStarted is queued again."""
+        out: list[Completion] = []
+        for seq in seqs:
+            draft = self._drafts.pop(seq, None)
+            if draft is None:
+                continue
+            if draft.deadline_ms is None:
+                if self.role is Role.STARTING and seq == self._leader_started_seq:
+                    new_seq = self._new_seq()
+                    self._drafts[new_seq] = replace(draft, seq=new_seq)
+                    self._outbox.appendleft(new_seq)
+                    self._leader_started_seq = new_seq
+                continue
+            out.append(Completion(seq, error=AppendFailed(error)))
+        return out
+
+    def expire(self, now_ms: int) -> list[Completion]:
+        """Fail requests whose deadline passed (they may still be applied later)."""
+        late = [
+            seq
+            for seq, d in self._drafts.items()
+            if d.deadline_ms is not None and d.deadline_ms <= now_ms
+        ]
+        out = []
+        for seq in late:
+            del self._drafts[seq]
+            out.append(Completion(seq, error=AppendTimeout("not applied before the deadline")))
+        return out
+
+    # -- the log ------------------------------------------------------------------------
+    def begin(self, entry: Entry) -> Step:
+        """Judge one consumed record. Apply it to the state machine iff ``step.apply``."""
+        if entry.offset < self.next_offset:
+            return Step(entry, None)
+        self.next_offset = entry.offset + 1
+        verdict = self.fence.admit(entry.writer_id, entry.seq)
+        step = Step(entry, verdict)
+        if verdict is not Verdict.ACCEPT:
+            step.completions = self._drop_own(entry, Fenced(f"entry {verdict.value}"))
+            return step
+        if entry.ts < self.last_ts:
+            step.entry = replace(entry, ts=self.last_ts)
+        self.last_ts = step.entry.ts
+        mine = self.my_writer_id
+        if self.role is not Role.FOLLOWER and mine is not None and entry.writer_id > mine:
+            step.completions = self._fail_all(Fenced(f"writer {entry.writer_id} replaced {mine}"))
+            self.role = Role.FOLLOWER
+            self.my_writer_id = None
+            self._leader_started_seq = None
+        return step
+
+    def finish(self, step: Step, effects: list[Any]) -> list[Completion]:
+        """After the state machine applied ``step.entry``: acknowledge it if it is ours."""
+        require(step.apply, "finish called for an entry that was not applied")
+        entry = step.entry
+        if self.my_writer_id is None or entry.writer_id != self.my_writer_id:
+            return []
+        if entry.kind == KIND_LEADER_STARTED and entry.seq == self._leader_started_seq:
+            self._drafts.pop(entry.seq, None)
+            if self.role is Role.STARTING:
+                self.role = Role.LEADER
+            return []
+        draft = self._drafts.pop(entry.seq, None)
+        if draft is None:  # timed out or failed before it was applied
+            return []
+        return [Completion(entry.seq, result=Applied(entry.offset, entry.writer_id, effects))]
+
+    # -- helpers ------------------------------------------------------------------------
+    def _new_seq(self) -> int:
+        seq = self._next_seq
+        self._next_seq += 1
+        return seq
+
+    def _drop_own(self, entry: Entry, error: ReplogError) -> list[Completion]:
+        if self.my_writer_id is None or entry.writer_id != self.my_writer_id:
+            return []
+        draft = self._drafts.pop(entry.seq, None)
+        if draft is None or draft.deadline_ms is None:
+            return []
+        return [Completion(entry.seq, error=error)]
+
+    def _fail_all(self, error: ReplogError) -> list[Completion]:
+        out = [Completion(s, error=error) for s, d in self._drafts.items() if d.deadline_ms is not None]
+        self._drafts.clear()
+        self._outbox.clear()
+        return out

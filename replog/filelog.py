@@ -1,0 +1,110 @@
+"""The embedded log: one append-only file of length-prefixed, checksummed records.
+
+Offsets are record numbers from 0. A torn record at the tail (a crash mid-write) is cut off
+when the log is opened. Readers in the same process are woken on append; the file is for one
+writer process (the embedded mode has one node).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import struct
+import threading
+import zlib
+from collections.abc import Sequence
+
+from replog.errors import InvariantViolation
+
+_RECORD = struct.Struct(">II")  # length, crc32
+record_bytes_max = 16 * 1024 * 1024
+
+
+def _scan(path: pathlib.Path) -> tuple[list[int], int]:
+    """Positions of the valid records and the end of the last one."""
+    positions: list[int] = []
+    pos = 0
+    with open(path, "rb") as f:
+        while True:
+            head = f.read(_RECORD.size)
+            if len(head) < _RECORD.size:
+                break
+            length, crc = _RECORD.unpack(head)
+            body = f.read(length)
+            if length > record_bytes_max or len(body) < length or zlib.crc32(body) != crc:
+                break
+            positions.append(pos)
+            pos += _RECORD.size + length
+    return positions, pos
+
+
+class FileLog:
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True):
+        self.path = pathlib.Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.touch(exist_ok=True)
+        self.fsync = fsync
+        self._positions, end = _scan(self.path)
+        self._file = open(self.path, "r+b")
+        self._file.truncate(end)  # drop a torn tail
+        self._file.seek(end)
+        self._end = end
+        self._cv = threading.Condition()
+
+    @property
+    def end_offset(self) -> int:
+        return len(self._positions)
+
+    def append(self, records: Sequence[bytes]) -> None:
+        with self._cv:
+            pos = self._end
+            chunks = []
+            new_positions = []
+            for r in records:
+                if len(r) > record_bytes_max:
+                    raise ValueError(f"record longer than {record_bytes_max} bytes")
+                chunks.append(_RECORD.pack(len(r), zlib.crc32(r)) + r)
+                new_positions.append(pos)
+                pos += _RECORD.size + len(r)
+            self._file.write(b"".join(chunks))
+            self._file.flush()
+            if self.fsync:
+                os.fsync(self._file.fileno())
+            self._positions.extend(new_positions)
+            self._end = pos
+            self._cv.notify_all()
+
+    def open_reader(self, start_offset: int) -> FileLogReader:
+        return FileLogReader(self, start_offset)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class FileLogReader:
+    def __init__(self, log: FileLog, start_offset: int):
+        self._log = log
+        self._next = start_offset
+        self._file = open(log.path, "rb")
+
+    def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:
+        log = self._log
+        with log._cv:
+            if self._next >= len(log._positions):
+                log._cv.wait(timeout_s)
+            available = len(log._positions)
+            if self._next >= available:
+                return []
+            self._file.seek(log._positions[self._next])
+        out = []
+        while self._next < available and len(out) < records_max:
+            length, crc = _RECORD.unpack(self._file.read(_RECORD.size))
+            body = self._file.read(length)
+            if zlib.crc32(body) != crc:
+                raise InvariantViolation(f"record {self._next} of {log.path} fails its checksum")
+            out.append((self._next, body))
+            self._next += 1
+        return out
+
+    def close(self) -> None:
+        self._file.close()

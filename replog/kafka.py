@@ -1,0 +1,109 @@
+"""The cluster log: one Kafka topic with one partition, via confluent-kafka.
+
+The producer is idempotent with ``acks=all`` (no duplicates or reordering on retry) and a
+small linger, tuned for latency; ``append`` is one group commit (produce all, one flush). The
+reader uses ``assign()`` on partition 0 from an offset, with no consumer group and no commits:
+where to resume is the node's business (checkpoint offset + 1).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from replog.errors import AppendFailed, AppendTimeout
+
+PARTITION = 0
+linger_ms = 0
+append_timeout_s = 10.0  # a flush that takes longer fails its requests (indeterminate)
+fetch_wait_max_ms = 5  # how long the broker may hold an empty fetch; bounds idle latency
+
+
+def ensure_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
+    """Create the topic with one partition and replication 1, unless it exists."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replication_factor=1)], request_timeout=timeout_s
+    )
+    try:
+        futures[topic].result(timeout=timeout_s)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+
+
+class KafkaLog:
+    def __init__(self, bootstrap: str, topic: str, *, create: bool = True, **producer_conf):
+        self.bootstrap = bootstrap
+        self.topic = topic
+        if create:
+            ensure_topic(bootstrap, topic)
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": linger_ms,
+            "message.timeout.ms": int(append_timeout_s * 1000),
+            "socket.nagle.disable": True,
+        }
+        conf.update(producer_conf)
+        self._producer = Producer(conf)
+        self._readers: list[KafkaLogReader] = []
+
+    def append(self, records: Sequence[bytes]) -> None:
+        errors: list[str] = []
+
+        def on_delivery(err, _msg) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        for r in records:
+            self._producer.produce(self.topic, r, partition=PARTITION, on_delivery=on_delivery)
+        remaining = self._producer.flush(append_timeout_s)
+        if remaining:
+            raise AppendTimeout(f"{remaining} records not delivered in {append_timeout_s} s")
+        if errors:
+            raise AppendFailed(errors[0])
+
+    def open_reader(self, start_offset: int) -> KafkaLogReader:
+        reader = KafkaLogReader(self.bootstrap, self.topic, start_offset)
+        self._readers.append(reader)
+        return reader
+
+    def close(self) -> None:
+        self._producer.flush(1.0)
+
+
+class KafkaLogReader:
+    def __init__(self, bootstrap: str, topic: str, start_offset: int):
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                # Required by the client even without subscribe(); never joined or committed.
+                "group.id": f"replog-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "fetch.wait.max.ms": fetch_wait_max_ms,
+                "fetch.min.bytes": 1,
+                "socket.nagle.disable": True,
+                "enable.partition.eof": False,
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, PARTITION, start_offset)])
+
+    def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:
+        out = []
+        for msg in self._consumer.consume(records_max, timeout_s):
+            err = msg.error()
+            if err is not None:
+                if err.retriable() or err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(err)
+            out.append((msg.offset(), msg.value()))
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,255 @@
+"""The node: the threaded shell that runs a ``ReplicaCore`` against a real log and election.
+
+Two threads: the *loop* consumes the log, applies entries to the state machine, completes
+waiting requests and calls ``on_effects`` and the checkpointer (one thread, so apply calls
+never overlap); the *appender* takes batches from the core and appends each with one group
+commit. Election callbacks arrive on the election's thread and take effect at once: a
+deposed leader fails its pending requests before returning. Callers must ``start()`` the node,
+and ``stop()`` it; from asyncio, wrap ``submit``'s future with ``asyncio.wrap_future``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Protocol
+
+from replog.core import Completion, Limits, ReplicaCore, Role
+from replog.entry import Entry
+from replog.errors import AppendTimeout, NotLeader, ReplogError
+from replog.protocols import (
+    Applied,
+    Deposed,
+    Elected,
+    Election,
+    ElectionEvent,
+    Forwarder,
+    LogAdapter,
+    StateMachine,
+)
+
+log = logging.getLogger(__name__)
+
+poll_timeout_s = 0.02  # bounds how late a request timeout fires when the log is idle
+records_per_poll_max = 1000
+forward_threads_max = 32
+appender_idle_wait_s = 0.1
+
+
+class Checkpointer(Protocol):
+    def maybe_checkpoint(self, applied_offset: int, writer_id: int) -> None: ...
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Node:
+    def __init__(
+        self,
+        state_machine: StateMachine,
+        log: LogAdapter,
+        election: Election,
+        *,
+        node_id: str,
+        advertise_url: str,
+        forwarder: Forwarder | None = None,
+        on_effects: Callable[[Entry, list[Any]], None] | None = None,
+        start_offset: int = 0,
+        clock: Callable[[], int] = wall_clock_ms,
+        checkpointer: Checkpointer | None = None,
+        start_writer_id: int = -1,
+        limits: Limits = Limits(),
+    ):
+        self.sm = state_machine
+        self.log = log
+        self.election = election
+        self.node_id = node_id
+        self.advertise_url = advertise_url
+        self.forwarder = forwarder
+        self.on_effects = on_effects
+        self.start_offset = start_offset
+        self.clock = clock
+        self.checkpointer = checkpointer
+        self.core = ReplicaCore(
+            start_offset=start_offset, start_writer_id=start_writer_id, limits=limits
+        )
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)  # appender: a batch may be ready
+        self._applied_cv = threading.Condition()
+        self._applied = start_offset - 1
+        self._futures: dict[int, Future[Applied]] = {}
+        self._running = False
+        self._threads: list[threading.Thread] = []
+        self._forwarders = ThreadPoolExecutor(forward_threads_max, thread_name_prefix="forward")
+        self.failure: BaseException | None = None
+
+    # -- public -------------------------------------------------------------------------
+    @property
+    def role(self) -> Role:
+        return self.core.role
+
+    @property
+    def is_leader(self) -> bool:
+        return self.core.role is Role.LEADER
+
+    @property
+    def writer_id(self) -> int:
+        """The largest writer id accepted from the log: the current leader's, once it wrote."""
+        return self.core.fence.writer_id
+
+    @property
+    def my_writer_id(self) -> int | None:
+        return self.core.my_writer_id
+
+    @property
+    def applied_offset(self) -> int:
+        return self._applied
+
+    def leader_url(self) -> str | None:
+        if self.core.role is not Role.FOLLOWER:
+            return self.advertise_url
+        return self.election.leader_url()
+
+    def start(self) -> None:
+        self._reader = self.log.open_reader(self.start_offset)
+        self._running = True
+        for name, target in (("loop", self._loop), ("appender", self._appender)):
+            t = threading.Thread(target=target, name=f"replog-{name}-{self.node_id}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        self.election.start(self.node_id, self.advertise_url, self._on_election)
+
+    def stop(self) -> None:
+        self._running = False
+        self.election.stop()
+        with self._lock:
+            completions = self.core.deposed("node stopping")
+            self._wake.notify_all()
+        self._resolve(completions)
+        for t in self._threads:
+            t.join(timeout=5)
+        self._reader.close()
+        self._forwarders.shutdown(wait=False, cancel_futures=True)
+
+    def submit(self, kind: str, payload: bytes, timeout_s: float) -> Future[Applied]:
+        """Append an entry; the future resolves once this node applied it."""
+        fut: Future[Applied] = Future()
+        with self._lock:
+            if self.core.role is not Role.FOLLOWER:
+                try:
+                    token = self.core.submit(kind, payload, self.clock(), int(timeout_s * 1000))
+                except ReplogError as e:
+                    fut.set_exception(e)
+                    return fut
+                self._futures[token] = fut
+                self._wake.notify()
+                return fut
+        leader = self.election.leader_url()
+        if self.forwarder is None or leader is None or leader == self.advertise_url:
+            fut.set_exception(NotLeader("no leader to forward to", leader))
+            return fut
+        self._forwarders.submit(self._forward, fut, leader, kind, payload, timeout_s)
+        return fut
+
+    def wait_applied(self, min_offset: int, timeout_s: float) -> bool:
+        """Block until this node applied ``min_offset`` (read-your-writes); False on timeout."""
+        with self._applied_cv:
+            return self._applied_cv.wait_for(lambda: self._applied >= min_offset, timeout_s)
+
+    # -- election -----------------------------------------------------------------------
+    def _on_election(self, event: ElectionEvent) -> None:
+        ok, completions = True, []
+        with self._lock:
+            if isinstance(event, Deposed):
+                completions = self.core.deposed(event.reason or "session lost")
+            elif isinstance(event, Elected):
+                ok, completions = self.core.elected(event.writer_id)
+                self._wake.notify()
+        self._resolve(completions)
+        if not ok:  # the log already has a newer writer: rejoin with a larger id
+            threading.Thread(target=self.election.resign, daemon=True).start()
+
+    # -- threads ------------------------------------------------------------------------
+    def _appender(self) -> None:
+        while self._running:
+            with self._wake:
+                while self._running and not self.core.has_batch():
+                    self._wake.wait(appender_idle_wait_s)
+                batch = self.core.take_batch(self.clock())
+            if not batch:
+                continue
+            try:
+                self.log.append([e.encode() for e in batch])
+            except Exception as e:  # the log's failure becomes the requests' failure
+                log.warning("append of %d entries failed: %s", len(batch), e)
+                with self._lock:
+                    completions = self.core.append_failed([x.seq for x in batch], str(e))
+                self._resolve(completions)
+
+    def _loop(self) -> None:
+        try:
+            while self._running:
+                records = self._reader.poll(poll_timeout_s, records_per_poll_max)
+                for offset, data in records:
+                    self._process(Entry.decode(data, offset))
+                if records:
+                    with self._applied_cv:
+                        self._applied = self.core.applied_offset
+                        self._applied_cv.notify_all()
+                with self._lock:
+                    completions = self.core.expire(self.clock())
+                self._resolve(completions)
+        except BaseException as e:  # a failing apply must stop the node, not skip an entry
+            log.exception("node loop failed")
+            self.failure = e
+            self._running = False
+            with self._lock:
+                completions = self.core.deposed("node failed")
+            self._resolve(completions)
+            self.election.stop()
+
+    def _process(self, entry: Entry) -> None:
+        with self._lock:
+            step = self.core.begin(entry)
+        self._resolve(step.completions)
+        if not step.apply:
+            return
+        effects = self.sm.apply(step.entry)
+        with self._lock:
+            completions = self.core.finish(step, effects)
+            if self.core.has_batch():
+                self._wake.notify()
+        self._resolve(completions)
+        if self.on_effects is not None:
+            self.on_effects(step.entry, effects)
+        if self.checkpointer is not None:
+            self.checkpointer.maybe_checkpoint(step.entry.offset, self.core.fence.writer_id)
+
+    def _forward(
+        self, fut: Future[Applied], leader: str, kind: str, payload: bytes, timeout_s: float
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        try:
+            applied = self.forwarder.forward(leader, kind, payload, timeout_s)  # type: ignore[union-attr]
+            if not self.wait_applied(applied.offset, max(0.0, deadline - time.monotonic())):
+                raise AppendTimeout("applied on the leader, not yet here")
+            fut.set_result(applied)
+        except BaseException as e:
+            fut.set_exception(e)
+
+    def _resolve(self, completions: list[Completion]) -> None:
+        if not completions:
+            return
+        with self._lock:
+            futures = [(self._futures.pop(c.token, None), c) for c in completions]
+        for fut, c in futures:
+            if fut is None or fut.done():
+                continue
+            if c.error is not None:
+                fut.set_exception(c.error)
+            else:
+                fut.set_result(c.result)  # type: ignore[arg-type]

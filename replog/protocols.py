@@ -1,0 +1,106 @@
+"""The small interfaces replog drives: the state machine, the log, the election, the forwarder.
+
+Implementations: ``replog.kafka.KafkaLog`` and ``replog.filelog.FileLog`` (log),
+``replog.zk.ZkElection`` and ``replog.single.SingleNodeElection`` (election), the fakes in
+``replog.testing`` (simulation), and the runner's state machine and HTTP forwarder.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from replog.entry import Entry
+
+
+@runtime_checkable
+class SnapshotWriter(Protocol):
+    def write(self, dir: pathlib.Path) -> None:
+        """Write the captured view as files into ``dir``; runs on a background thread."""
+
+
+@runtime_checkable
+class StateMachine(Protocol):
+    """Deterministic state: ``apply`` is a pure function of (state, entry), see ARCHITECTURE §3.
+
+    ``apply`` receives every accepted entry, including replog's own kinds (``replog.*``,
+    e.g. ``LeaderStarted``), for which it should return ``[]`` unless it wants to react (e.g.
+    re-drive effects after a failover).
+    """
+
+    def apply(self, entry: Entry) -> list[Any]: ...
+
+    def snapshot(self) -> SnapshotWriter: ...
+
+    def restore(self, dir: pathlib.Path) -> None: ...
+
+    def digest(self) -> str: ...
+
+    @property
+    def applied_offset(self) -> int: ...
+
+
+class LogReader(Protocol):
+    def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:
+        """Up to ``records_max`` (offset, bytes) pairs in log order; [] after ``timeout_s``."""
+
+    def close(self) -> None: ...
+
+
+class LogAdapter(Protocol):
+    def append(self, records: Sequence[bytes]) -> None:
+        """Append all records in order and return once they are durable; raise on failure.
+
+        One call is one group commit: many requests share one produce-and-flush.
+        """
+
+    def open_reader(self, start_offset: int) -> LogReader: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Elected:
+    """This node leads; ``writer_id`` is its election sequence number."""
+
+    writer_id: int
+
+
+@dataclass(frozen=True)
+class Deposed:
+    """This node lost (or may have lost) leadership: stop acknowledging at once."""
+
+    reason: str = ""
+
+
+ElectionEvent = Elected | Deposed
+
+
+class Election(Protocol):
+    def start(
+        self, node_id: str, advertise_url: str, on_event: Callable[[ElectionEvent], None]
+    ) -> None:
+        """Join the election; ``on_event`` may be called from any thread and must not block."""
+
+    def leader_url(self) -> str | None: ...
+
+    def resign(self) -> None:
+        """Leave and rejoin with a new, larger writer id."""
+
+    def stop(self) -> None: ...
+
+
+class Forwarder(Protocol):
+    def forward(self, leader_url: str, kind: str, payload: bytes, timeout_s: float) -> Applied:
+        """Submit on the leader and return its ``Applied``; raise a ``ReplogError`` on failure."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """The outcome of an acknowledged entry: where it landed, who wrote it, what apply returned."""
+
+    offset: int
+    writer_id: int
+    effects: list[Any] = field(default_factory=list)
