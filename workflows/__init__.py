@@ -2,6 +2,54 @@
 
 A workflow is a DAG rooted at an ``event`` node whose nodes carry ordered edges with CEL
 criteria; the first true edge is taken, else the node's default edge. Everything here is pure
-(no I/O): callers load and store workflows themselves and call :func:`step` to walk one node.
+(no I/O, no clock): callers load and store workflows themselves.
+
+Callers:
+- build or parse a :class:`Workflow` (JSON Schema: ``workflows/schema/workflow.schema.json``);
+- :func:`validate` lists every :class:`Problem`; :func:`compile_version` raises
+  :class:`WorkflowInvalid` or returns a :class:`CompiledWorkflow` (criteria compiled once);
+- :func:`step` walks one node, :func:`advance` walks until a decision or outside work;
+  a criterion failing at runtime counts as false and its error is kept in the trace;
+- :class:`WorkflowStore` keeps drafts and immutable versions (publish, rollback, diff).
 Imports nothing else of Railflow.
 """
+
+from workflows.compiled import CompiledWorkflow, Decision, compile_version
+from workflows.criteria import CompiledCriterion, CriterionError, compile_criterion
+from workflows.diff import WorkflowDiff, diff
+from workflows.errors import (
+    InvariantViolation,
+    Problem,
+    UnknownNode,
+    UnknownVersion,
+    WorkflowInvalid,
+)
+from workflows.events import ORDER_EVENT_SCHEMA, default_event_schema
+from workflows.model import (
+    OUTSIDE_KINDS,
+    AppNode,
+    DecisionAction,
+    DecisionNode,
+    Edge,
+    EventNode,
+    Node,
+    ReviewQueueNode,
+    ScoreNode,
+    WebhookNode,
+    Workflow,
+    workflow_json_schema,
+)
+from workflows.outside import OutsideWork
+from workflows.step import EdgeTrial, StepContext, StepResult, Walk, advance, step, step_default
+from workflows.validate import validate
+from workflows.versions import PublishedVersion, WorkflowStore
+
+__all__ = [
+    "AppNode", "CompiledCriterion", "CompiledWorkflow", "CriterionError", "Decision",
+    "DecisionAction", "DecisionNode", "Edge", "EdgeTrial", "EventNode", "InvariantViolation",
+    "Node", "ORDER_EVENT_SCHEMA", "OUTSIDE_KINDS", "OutsideWork", "Problem", "PublishedVersion",
+    "ReviewQueueNode", "ScoreNode", "StepContext", "StepResult", "UnknownNode", "UnknownVersion",
+    "Walk", "WebhookNode", "Workflow", "WorkflowDiff", "WorkflowInvalid", "WorkflowStore",
+    "advance", "compile_criterion", "compile_version", "default_event_schema", "diff", "step",
+    "step_default", "validate", "workflow_json_schema",
+]

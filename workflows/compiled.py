@@ -1,0 +1,146 @@
+"""A published version compiled for stepping: criteria compiled once, per-node read plans.
+
+:func:`compile_version` validates the workflow and raises :class:`WorkflowInvalid` with every
+problem, or returns a :class:`CompiledWorkflow` that is immutable and cheap to share between
+runs, threads and the backtest. The read plan of a node lists the only context fields its
+criteria read, so a step converts just those into CEL values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from workflows.criteria import CompiledCriterion
+from workflows.errors import UnknownNode, WorkflowInvalid
+from workflows.model import DecisionNode, Workflow
+from workflows.outside import OutsideWork, outside_work_of
+from workflows.validate import analyse
+
+WHOLE = None  # in a read plan: convert the whole record
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledEdge:
+    id: str
+    to: str
+    criteria: CompiledCriterion | None  # None only for the default edge
+
+
+@dataclass(frozen=True, slots=True)
+class ReadPlan:
+    """Fields to convert per root record; a value of WHOLE converts the whole record."""
+
+    event: tuple[str, ...] | None | bool = False  # False: not read at all
+    scores: tuple[str, ...] | None | bool = False
+    metrics: tuple[str, ...] | None | bool = False
+    apps: Mapping[str, tuple[str, ...] | None] | None | bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledNode:
+    id: str
+    kind: str
+    edges: tuple[CompiledEdge, ...]  # the non-default edges, in order
+    default: CompiledEdge | None  # None only for decisions
+    decision: Decision | None
+    outside: OutsideWork | None
+    plan: ReadPlan
+
+
+class CompiledWorkflow:
+    """One immutable, compiled version of a workflow."""
+
+    __slots__ = ("_workflow", "version", "digest", "nodes", "workflow_id", "root", "event_type")
+
+    def __init__(self, workflow: Workflow, version: int, nodes: Mapping[str, CompiledNode]):
+        text = workflow.model_dump_json()
+        self._workflow = Workflow.model_validate_json(text)  # a private copy nobody else holds
+        self.version = version
+        self.digest = hashlib.sha256(text.encode()).hexdigest()
+        self.nodes: Mapping[str, CompiledNode] = MappingProxyType(dict(nodes))
+        self.workflow_id = workflow.id
+        self.root = workflow.root
+        self.event_type = workflow.event_type
+
+    @property
+    def workflow(self) -> Workflow:
+        """A deep copy of the version's content: editing it cannot change the version."""
+        return self._workflow.model_copy(deep=True)
+
+    def node(self, node_id: str) -> CompiledNode:
+        try:
+            return self.nodes[node_id]
+        except KeyError:
+            raise UnknownNode(f"workflow {self.workflow_id} v{self.version} has no node "
+                              f"{node_id!r}") from None
+
+    def needs_outside_work(self, node_id: str) -> bool:
+        return self.node(node_id).outside is not None
+
+    def outside_work(self, node_id: str) -> OutsideWork | None:
+        return self.node(node_id).outside
+
+    def outside_nodes(self) -> dict[str, OutsideWork]:
+        return {nid: n.outside for nid, n in self.nodes.items() if n.outside is not None}
+
+    def __repr__(self) -> str:
+        return f"CompiledWorkflow({self.workflow_id!r}, v{self.version}, {self.digest[:12]})"
+
+
+def compile_version(
+    workflow: Workflow, version: int, *, known_metrics: Iterable[str] | None = None
+) -> CompiledWorkflow:
+    """Validate and compile; raise WorkflowInvalid listing every problem."""
+    analysis = analyse(workflow, known_metrics=known_metrics)
+    if analysis.problems:
+        raise WorkflowInvalid(analysis.problems)
+    nodes = {}
+    for node in workflow.nodes:
+        edges, default = [], None
+        for e in node.edges:
+            if e.default:
+                default = CompiledEdge(e.id, e.to, None)
+            else:
+                edges.append(CompiledEdge(e.id, e.to, analysis.criteria[(node.id, e.id)]))
+        decision = (Decision(node.action.value, node.reason)
+                    if isinstance(node, DecisionNode) else None)
+        plan = read_plan(c.criteria.paths for c in edges)
+        nodes[node.id] = CompiledNode(node.id, node.kind, tuple(edges), default, decision,
+                                      outside_work_of(node), plan)
+    return CompiledWorkflow(workflow, version, nodes)
+
+
+def read_plan(path_sets: Iterable[frozenset[tuple[str, ...]]]) -> ReadPlan:
+    """Merge the record paths of a node's criteria into one plan."""
+    whole: set[tuple[str, ...]] = set()
+    fields: dict[tuple[str, ...], set[str]] = {}
+    for paths in path_sets:
+        for p in paths:
+            depth = 2 if p[0] == "apps" else 1  # apps.<node>.<field>, event.<field>
+            if len(p) <= depth:
+                whole.add(p)
+            else:
+                fields.setdefault(p[:depth], set()).add(p[depth])
+
+    def spec(prefix: tuple[str, ...]):
+        if prefix in whole:
+            return WHOLE
+        if prefix in fields:
+            return tuple(sorted(fields[prefix]))
+        return False
+
+    if ("apps",) in whole:
+        apps: object = WHOLE
+    else:
+        app_ids = {p[1] for p in whole | set(fields) if p[0] == "apps" and len(p) > 1}
+        apps = {a: spec(("apps", a)) for a in sorted(app_ids)} or False
+    return ReadPlan(spec(("event",)), spec(("scores",)), spec(("metrics",)), apps)

@@ -1,0 +1,179 @@
+"""The pure step: from one node, the next node, the edge taken and why.
+
+``step(version, node_id, context)`` tries the node's edges in order and takes the first whose
+criterion is true, else the default edge. Deterministic: no clock, no randomness, no I/O.
+
+Runtime errors: a criterion that fails while evaluating (a field missing from the context, a
+value of an unexpected type) counts as **false**; the trace records the error, and the walk
+goes on to the next edge, so a run always ends on the default edge at worst.
+
+Context: ``event`` (dict), ``scores`` (name -> number), ``metrics`` (name -> number), ``apps``
+(node id -> dict of outputs; a review node's includes ``outcome``). Integer scores and metrics
+are read as doubles, so criteria compare them with ``scores.x > 80`` or ``> 80.0`` alike.
+The runner and the backtest both call this; :func:`advance` walks several steps at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import cel
+
+from workflows.compiled import WHOLE, CompiledNode, CompiledWorkflow, Decision, ReadPlan
+from workflows.errors import InvariantViolation
+from workflows.outside import OutsideWork
+
+steps_per_walk_max = 1000  # a valid workflow has at most nodes_max nodes on any path
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    event: Mapping[str, Any] = field(default_factory=dict)
+    scores: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    apps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, context: StepContext | Mapping[str, Any]) -> StepContext:
+        if isinstance(context, StepContext):
+            return context
+        return cls(context.get("event") or _EMPTY, context.get("scores") or _EMPTY,
+                   context.get("metrics") or _EMPTY, context.get("apps") or _EMPTY)
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeTrial:
+    edge_id: str
+    criteria: str | None  # None for the default edge
+    value: bool  # False when error is set
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    node_id: str  # where the step started
+    edge_id: str  # the edge taken
+    next_node_id: str
+    node_kind: str  # kind of the next node
+    default_taken: bool
+    trace: tuple[EdgeTrial, ...]  # every edge tried, in order; the last one is the one taken
+    decision: Decision | None  # set when the next node is a decision
+    outside: OutsideWork | None  # set when the next node needs outside work
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id, "edge_id": self.edge_id, "next_node_id": self.next_node_id,
+            "node_kind": self.node_kind, "default_taken": self.default_taken,
+            "trace": [{"edge_id": t.edge_id, "criteria": t.criteria, "value": t.value,
+                       "error": t.error} for t in self.trace],
+            "decision": None if self.decision is None else
+            {"action": self.decision.action, "reason": self.decision.reason},
+        }
+
+
+def step(version: CompiledWorkflow, node_id: str,
+         context: StepContext | Mapping[str, Any]) -> StepResult:
+    """Take one edge out of ``node_id``. Raises InvariantViolation from a decision node."""
+    node = version.node(node_id)
+    if node.default is None:
+        raise InvariantViolation(f"no step after a decision (node {node_id!r})")
+    trial_list = []
+    if node.edges:
+        activation, failure = _activation(node.plan, StepContext.of(context))
+        for edge in node.edges:
+            if failure is not None:
+                trial_list.append(EdgeTrial(edge.id, edge.criteria.source, False, failure))
+                continue
+            value, error = edge.criteria.evaluate(activation)
+            trial_list.append(EdgeTrial(edge.id, edge.criteria.source, value, error))
+            if value:
+                return _result(version, node, edge.id, edge.to, False, trial_list)
+    default = node.default
+    trial_list.append(EdgeTrial(default.id, None, True))
+    return _result(version, node, default.id, default.to, True, trial_list)
+
+
+def step_default(version: CompiledWorkflow, node_id: str) -> StepResult:
+    """Take the default edge without trying criteria: for an app that timed out."""
+    node = version.node(node_id)
+    if node.default is None:
+        raise InvariantViolation(f"no step after a decision (node {node_id!r})")
+    trial = EdgeTrial(node.default.id, None, True)
+    return _result(version, node, node.default.id, node.default.to, True, [trial])
+
+
+@dataclass(frozen=True, slots=True)
+class Walk:
+    steps: tuple[StepResult, ...]
+    node_id: str  # where the walk stopped: a decision or a node waiting for outside work
+    decision: Decision | None
+    waiting: OutsideWork | None
+
+
+def advance(version: CompiledWorkflow, context: StepContext | Mapping[str, Any],
+            from_node: str | None = None) -> Walk:
+    """Step from ``from_node`` (the root by default) until a decision, or a node whose outside
+    work is not yet in the context (its output absent). Passing a node whose output is present
+    lets the backtest supply scores and app outputs up front."""
+    ctx = StepContext.of(context)
+    node_id = version.root if from_node is None else from_node
+    steps: list[StepResult] = []
+    while len(steps) < steps_per_walk_max:
+        node = version.node(node_id)
+        if node.decision is not None:
+            return Walk(tuple(steps), node_id, node.decision, None)
+        if node.outside is not None and not node.outside.is_done(ctx.scores, ctx.apps):
+            return Walk(tuple(steps), node_id, None, node.outside)
+        result = step(version, node_id, ctx)
+        steps.append(result)
+        node_id = result.next_node_id
+    raise InvariantViolation(f"walk exceeded {steps_per_walk_max} steps: is the graph acyclic?")
+
+
+def _result(version: CompiledWorkflow, node: CompiledNode, edge_id: str, to: str,
+            default_taken: bool, trials: list[EdgeTrial]) -> StepResult:
+    nxt = version.node(to)
+    return StepResult(node.id, edge_id, to, nxt.kind, default_taken, tuple(trials),
+                      nxt.decision, nxt.outside)
+
+
+def _activation(plan: ReadPlan, ctx: StepContext) -> tuple[object, str | None]:
+    """A CEL context holding only the fields the node's criteria read."""
+    variables: dict[str, Any] = {}
+    try:
+        if plan.event is not False:
+            variables["event"] = _pick(ctx.event, plan.event, False)
+        if plan.scores is not False:
+            variables["scores"] = _pick(ctx.scores, plan.scores, True)
+        if plan.metrics is not False:
+            variables["metrics"] = _pick(ctx.metrics, plan.metrics, True)
+        if plan.apps is not False:
+            if plan.apps is WHOLE:
+                variables["apps"] = {k: dict(v) for k, v in ctx.apps.items()}
+            else:
+                apps = {}
+                for app_id, fields in plan.apps.items():
+                    out = ctx.apps.get(app_id)
+                    if out is not None:
+                        apps[app_id] = _pick(out, fields, False)
+                variables["apps"] = apps
+        return cel.Context(variables=variables), None
+    except Exception as e:  # noqa: BLE001 - unconvertible context data fails every criterion
+        return None, f"{type(e).__name__}: context cannot be converted to CEL: {e}"[:300]
+
+
+def _pick(source: Mapping[str, Any], fields: tuple[str, ...] | None,
+          as_double: bool) -> dict[str, Any]:
+    if fields is WHOLE:
+        picked = dict(source)
+    else:
+        picked = {f: source[f] for f in fields if f in source}
+    if as_double:
+        for k, v in picked.items():
+            if type(v) is int:  # bool stays bool; a score of 85 reads as 85.0
+                picked[k] = float(v)
+    return picked
