@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     app_secret: str = "railflow-demo-app-secret"
     token_secret: str = "railflow-demo-token-secret"
     api_keys: list[str] = Field(default_factory=list)  # extra client keys (cluster nodes)
+    app_urls: dict[str, str] = Field(default_factory=dict)  # app name -> URL of the app
+    webhook_secrets: dict[str, str] = Field(default_factory=dict)  # secret_ref -> secret
 
     @property
     def url(self) -> str:

@@ -1,0 +1,178 @@
+"""Executes effects on the leader: run-store writes, app calls, webhooks; wakes run waiters.
+
+``handle(entry, effects, leader)`` is called on the node loop thread and never blocks it: run
+store writes go to a bounded queue drained in batches by a writer thread, HTTP work goes to a
+private asyncio loop. What was done is reported back through ``take_confirmations()`` so the
+service can append one ``EffectsDone`` entry for many effects; anything unconfirmed is
+re-driven by the next leader (every effect is idempotent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import httpx
+import orjson
+
+from runner import signing, webhooks
+from runner.runstore.base import RunRecord, RunStore
+from runner.settings import Settings
+from runner.state import entries
+from runner.state.effects import CallApp, EnqueueReview, RunChanged, SendWebhook, StoreRun
+
+log = logging.getLogger(__name__)
+
+store_queue_runs_max = 200_000
+store_batch_runs_max = 500
+store_retry_ms_max = 5_000
+confirmations_max = 5_000  # per EffectsDone entry
+
+
+class EffectExecutor:
+    def __init__(
+        self,
+        settings: Settings,
+        run_store: RunStore,
+        submit: Callable[[str, bytes, float], Future],
+        on_run_changed: Callable[[dict], None],
+        counters: Any,
+        app_urls: dict[str, str],
+        secrets: dict[str, str],
+    ) -> None:
+        self._settings = settings
+        self._store = run_store
+        self._submit = submit
+        self._on_run_changed = on_run_changed
+        self._counters = counters
+        self._app_urls = app_urls
+        self._secrets = secrets
+        self._queue: queue.Queue[dict] = queue.Queue(store_queue_runs_max)
+        self._lock = threading.Lock()
+        self._stored: dict[str, int] = {}
+        self._outbox_done: set[str] = set()
+        self._running = True
+        self._loop = asyncio.new_event_loop()
+        self._threads = [
+            threading.Thread(target=self._loop.run_forever, name="effects-io", daemon=True),
+            threading.Thread(target=self._store_writer, name="effects-store", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+        self._client = asyncio.run_coroutine_threadsafe(self._make_client(), self._loop).result()
+
+    async def _make_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(limits=httpx.Limits(max_connections=64))
+
+    # ---------------------------------------------------------------- entry point
+    def handle(self, entry: Any, effects: list[Any], leader: bool) -> None:
+        for effect in effects:
+            if isinstance(effect, RunChanged):
+                self._on_run_changed(effect.run)
+            if not leader:
+                continue
+            if isinstance(effect, StoreRun):
+                self._queue.put(effect.record)  # blocks only when far behind: back-pressure
+            elif isinstance(effect, CallApp):
+                asyncio.run_coroutine_threadsafe(self._call_app(effect), self._loop)
+            elif isinstance(effect, SendWebhook):
+                asyncio.run_coroutine_threadsafe(self._webhook(effect), self._loop)
+            elif isinstance(effect, EnqueueReview):
+                self._counters.reviews_enqueued.labels(effect.queue).inc()
+
+    def take_confirmations(self) -> dict[str, list] | None:
+        with self._lock:
+            if not self._stored and not self._outbox_done:
+                return None
+            stored = sorted(self._stored.items())[:confirmations_max]
+            outbox = sorted(self._outbox_done)[:confirmations_max]
+            for run_id, _ in stored:
+                del self._stored[run_id]
+            self._outbox_done.difference_update(outbox)
+        return {"stored": [list(x) for x in stored], "outbox": outbox}
+
+    def store_backlog(self) -> int:
+        return self._queue.qsize()
+
+    def close(self) -> None:
+        self._running = False
+        asyncio.run_coroutine_threadsafe(self._client.aclose(), self._loop).result(timeout=5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    # ---------------------------------------------------------------- run store
+    def _store_writer(self) -> None:
+        while self._running:
+            try:
+                first = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            batch = [first]
+            while len(batch) < store_batch_runs_max:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            records = [RunRecord(**r) for r in batch]
+            delay_ms = 50
+            while self._running:
+                try:
+                    self._store.put_many(records)
+                    break
+                except Exception as exc:  # noqa: BLE001 - the store is down: retry, never drop
+                    log.warning("run store write of %d runs failed: %s", len(records), exc)
+                    time.sleep(delay_ms / 1000)
+                    delay_ms = min(store_retry_ms_max, delay_ms * 2)
+            self._counters.runs_stored.inc(len(records))
+            with self._lock:
+                for r in records:
+                    self._stored[r.run_id] = max(r.offset, self._stored.get(r.run_id, -1))
+
+    # ---------------------------------------------------------------- apps and webhooks
+    async def _call_app(self, effect: CallApp) -> None:
+        url = self._app_urls.get(effect.app)
+        if url is None:
+            log.warning("no URL for app %r; run %s will time out", effect.app, effect.run_id)
+            return
+        callback = f"{self._settings.url}/v1/runs/{effect.run_id}/apps/{effect.node_id}"
+        body = orjson.dumps({**effect.request, "callback_url": callback})
+        headers = {"content-type": "application/json",
+                   signing.HEADER: signing.sign(self._settings.app_secret, body,
+                                                int(time.time() * 1000))}
+        try:
+            resp = await self._client.post(url, content=body, headers=headers,
+                                           timeout=max(0.001, effect.timeout_ms / 1000))
+        except httpx.HTTPError as exc:  # the Tick at the deadline takes the default edge
+            self._counters.app_calls.labels(effect.app, "error").inc()
+            log.info("app %s for run %s failed: %s", effect.app, effect.run_id, exc)
+            return
+        self._counters.app_calls.labels(effect.app, str(resp.status_code)).inc()
+        if resp.status_code != 200:
+            return  # 202: the app calls back later
+        answer = resp.json()
+        result = answer.get("result", answer) if isinstance(answer, dict) else None
+        if not isinstance(result, dict):
+            return
+        payload = entries.encode({"run_id": effect.run_id, "node_id": effect.node_id,
+                                  "result": result})
+        fut = self._submit(entries.APP_COMPLETED, payload, self._settings.submit_timeout_s)
+        try:
+            await asyncio.wrap_future(fut)
+        except Exception as exc:  # noqa: BLE001 - re-driven or timed out later
+            log.info("AppCompleted for %s not applied: %s", effect.run_id, exc)
+
+    async def _webhook(self, effect: SendWebhook) -> None:
+        secret = self._secrets.get(effect.secret_ref or "", self._settings.app_secret)
+        s = self._settings
+        ok = await webhooks.deliver(
+            self._client, effect.url, effect.payload, secret=secret,
+            idempotency_key=effect.effect_id, attempts_max=s.webhook_attempts_max,
+            base_ms=s.webhook_backoff_ms_base, cap_ms=s.webhook_backoff_ms_max)
+        self._counters.webhooks.labels("delivered" if ok else "failed").inc()
+        with self._lock:
+            self._outbox_done.add(effect.effect_id)  # failed after all retries: given up

@@ -1,0 +1,213 @@
+"""One runner node: wires the state machine, the log, the election, checkpoints, the run store
+and the effect executor, and offers ``submit`` and run waiters to the HTTP API.
+
+Callers build ``Service(settings)``, ``start()`` it (blocks until the state is restored and
+the log is being consumed), and ``stop()`` it. A housekeeping thread on the leader appends
+``Tick`` entries when an app task is due, ``EffectsDone`` entries for executed effects, and
+preloads the demo workflow into an empty state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+import checkpoints
+from replog.node import Node
+from replog.protocols import Applied
+
+from runner import demo
+from runner.auth import AuthStore
+from runner.executor import EffectExecutor
+from runner.forwarder import HttpForwarder
+from runner.runstore import RunStore, open_run_store
+from runner.settings import Settings
+from runner.state import entries, queries
+from runner.state.effects import Reply
+from runner.state.machine import RunnerStateMachine
+from runner.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+waiters_max = 100_000
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Service:
+    def __init__(self, settings: Settings, *, run_store: RunStore | None = None) -> None:
+        self.settings = settings
+        self.telemetry = Telemetry()
+        settings.node_dir.mkdir(parents=True, exist_ok=True)
+        self.auth = AuthStore(settings.data_dir / "auth.json", settings.token_secret,
+                              settings.api_keys)
+        self._run_store = run_store
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
+        self._waiters_lock = threading.Lock()
+        self._running = False
+        self._demo_checked = False
+        self.app_urls = {"demo_score": f"{settings.url}/demo/score", **settings.app_urls}
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        s = self.settings
+        # The metrics engine's files are part of the state: rebuilt from a checkpoint + the log.
+        shutil.rmtree(s.node_dir / "metrics", ignore_errors=True)
+        self.sm = RunnerStateMachine(s.node_dir)
+        store = checkpoints.store_from_url(s.effective_checkpoint_url)
+        restored = checkpoints.bootstrap(store, self.sm)
+        start_offset = 0 if restored is None else restored + 1
+        self.checkpointer = checkpoints.Checkpointer(
+            store, self.sm, s.checkpoint_every_entries, s.checkpoint_retain, node_id=s.node_id)
+        if s.mode == "cluster":
+            from replog.kafka import KafkaLog
+            from replog.zk import ZkElection
+
+            self.log = KafkaLog(s.kafka_bootstrap, s.kafka_topic)
+            election = ZkElection(s.zookeeper, s.election_path, s.session_timeout_s)
+            forwarder = HttpForwarder(s.app_secret)
+        else:
+            from replog.filelog import FileLog
+            from replog.single import SingleNodeElection
+
+            self.log = FileLog(s.data_dir / "log" / "railflow.log")
+            election, forwarder = SingleNodeElection(), None
+        self.run_store = self._run_store or open_run_store(s)
+        self.executor = EffectExecutor(s, self.run_store, self._submit_raw,
+                                       self._run_changed, self.telemetry, self.app_urls,
+                                       s.webhook_secrets)
+        self.node = Node(self.sm, self.log, election, node_id=s.node_id, advertise_url=s.url,
+                         forwarder=forwarder, on_effects=self._on_effects,
+                         start_offset=start_offset, checkpointer=self.checkpointer)
+        self.node.start()
+        self._running = True
+        self._housekeeper = threading.Thread(target=self._housekeeping, name="housekeeping",
+                                             daemon=True)
+        self._housekeeper.start()
+
+    def stop(self) -> None:
+        self._running = False
+        self.node.stop()
+        self.executor.close()
+        self.checkpointer.close(timeout_s=10)
+        self.run_store.close()
+        self.log.close()
+        self.sm.close()
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node.is_leader
+
+    def ready(self) -> bool:
+        return self._running and self.node.failure is None and (
+            self.node.is_leader or self.node.leader_url() is not None)
+
+    # ---------------------------------------------------------------- submit and replies
+    def _submit_raw(self, kind: str, payload: bytes, timeout_s: float) -> Future:
+        return self.node.submit(kind, payload, timeout_s)
+
+    async def submit(self, kind: str, payload: dict, timeout_s: float | None = None) -> Applied:
+        fut = self.node.submit(kind, entries.encode(payload),
+                               timeout_s or self.settings.submit_timeout_s)
+        return await asyncio.wrap_future(fut)
+
+    @staticmethod
+    def reply_of(applied: Applied) -> Reply:
+        for effect in applied.effects:
+            if isinstance(effect, Reply):
+                return effect
+        return Reply(ok=True)
+
+    def reader(self) -> Any:
+        return self.sm.reader()
+
+    # ---------------------------------------------------------------- run waiters
+    def _on_effects(self, entry: Any, effects: list[Any]) -> None:
+        self.executor.handle(entry, effects, self.node.is_leader)
+
+    def _run_changed(self, view: dict) -> None:
+        with self._waiters_lock:
+            waiters = self._waiters.pop(view["run_id"], [])
+        for loop, fut in waiters:
+            loop.call_soon_threadsafe(_set_if_pending, fut, view)
+
+    async def wait_runs(self, runs: list[dict], deadline_at_ms: int) -> list[dict]:
+        """Wait until each run no longer waits on an app (a review does not count), or the
+        deadline; return the latest known view of each run."""
+        out = []
+        loop = asyncio.get_running_loop()
+        for view in runs:
+            while not _settled(view):
+                remaining_ms = deadline_at_ms - now_ms()
+                if remaining_ms <= 0:
+                    break
+                fut = loop.create_future()
+                with self._waiters_lock:
+                    if len(self._waiters) >= waiters_max:
+                        break
+                    self._waiters.setdefault(view["run_id"], []).append((loop, fut))
+                cur = self.reader()
+                try:
+                    latest = queries.run(cur, view["run_id"])
+                finally:
+                    cur.close()
+                if latest is not None and latest["offset"] > view["offset"]:
+                    view = latest
+                    continue
+                try:
+                    view = await asyncio.wait_for(fut, remaining_ms / 1000)
+                except TimeoutError:
+                    break
+            out.append(view)
+        return out
+
+    # ---------------------------------------------------------------- housekeeping
+    def _housekeeping(self) -> None:
+        s = self.settings
+        interval_s = min(s.tick_interval_ms, s.effects_confirm_interval_ms) / 1000
+        last_tick = 0
+        while self._running:
+            time.sleep(interval_s)
+            try:
+                self.telemetry.applied_offset.set(self.node.applied_offset)
+                self.telemetry.is_leader.set(1 if self.node.is_leader else 0)
+                self.telemetry.store_backlog.set(self.executor.store_backlog())
+                if not self.node.is_leader:
+                    continue
+                confirmations = self.executor.take_confirmations()
+                if confirmations:
+                    self.node.submit(entries.EFFECTS_DONE, entries.encode(confirmations),
+                                     s.submit_timeout_s)
+                if now_ms() - last_tick >= s.tick_interval_ms:
+                    last_tick = now_ms()
+                    self._tick_if_due()
+                if s.demo and not self._demo_checked:
+                    self._demo_checked = demo.preload(self)
+            except Exception:  # noqa: BLE001 - keep the housekeeper alive; the next round retries
+                log.exception("housekeeping round failed")
+
+    def _tick_if_due(self) -> None:
+        cur = self.reader()
+        try:
+            due = queries.next_deadline(cur)
+        finally:
+            cur.close()
+        if due is not None and due <= now_ms():
+            self.node.submit(entries.TICK, entries.encode({}),
+                             self.settings.submit_timeout_s).result()
+
+
+def _settled(view: dict) -> bool:
+    return view["state"] == "decided" or view.get("waiting_for") == "review"
+
+
+def _set_if_pending(fut: asyncio.Future, value: Any) -> None:
+    if not fut.done():
+        fut.set_result(value)

@@ -1,0 +1,91 @@
+"""The one place the runner meets ``workflows``: compile, node facts, context and the step.
+
+Kept apart so that ``machine`` reads as the walk of ARCHITECTURE.md §1. Everything is pure.
+A score node whose app is ``builtin:demo`` is scored here, inside apply, by the deterministic
+demo model; every other outside work becomes an effect.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import workflows
+from workflows import CompiledWorkflow, OutsideWork, StepResult, WorkflowInvalid
+
+from runner.scoring import BUILTIN_DEMO, demo_score
+
+
+class Invalid(ValueError):
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def _model(definition: dict) -> workflows.Workflow:
+    try:
+        return workflows.Workflow.model_validate(definition)
+    except Exception as exc:  # pydantic.ValidationError: a user error, reported by field
+        raise Invalid([" ".join(str(exc).split())]) from None
+
+
+def validate(definition: dict, known_metrics: list[str] | None) -> list[str]:
+    try:
+        wf = _model(definition)
+    except Invalid as exc:
+        return exc.problems
+    return [str(p) for p in workflows.validate(wf, known_metrics=known_metrics)]
+
+
+def compile(definition: dict, version: int, known_metrics: list[str] | None) -> CompiledWorkflow:
+    wf = _model(definition)
+    try:
+        return workflows.compile_version(wf, version, known_metrics=known_metrics)
+    except WorkflowInvalid as exc:
+        raise Invalid([str(p) for p in exc.problems]) from None
+
+
+def event_type(compiled: CompiledWorkflow) -> str:
+    return compiled.event_type
+
+
+def root(compiled: CompiledWorkflow) -> str:
+    return compiled.root
+
+
+def outside(compiled: CompiledWorkflow, node_id: str) -> OutsideWork | None:
+    return compiled.node(node_id).outside
+
+
+def decision_of(compiled: CompiledWorkflow, node_id: str) -> Any:
+    return compiled.node(node_id).decision
+
+
+def is_builtin_scorer(work: OutsideWork) -> bool:
+    return work.kind == "score" and work.app == BUILTIN_DEMO
+
+
+def builtin_result(work: OutsideWork, data: dict) -> dict[str, float]:
+    """The built-in demo model's answer: every score the node declares gets the demo score."""
+    value = float(demo_score(data))
+    return {name: value for name in work.scores}
+
+
+def metrics_used(compiled: CompiledWorkflow) -> set[str]:
+    return set(compiled.workflow.metrics)
+
+
+def context(run: dict) -> dict[str, Any]:
+    event = run["event"]
+    data = dict(event["data"])
+    data.setdefault("event_id", event["event_id"])
+    return {"event": data, "scores": run["scores"], "metrics": run["metrics"],
+            "apps": run["apps"]}
+
+
+def step(compiled: CompiledWorkflow, node_id: str, ctx: dict[str, Any]) -> StepResult:
+    return workflows.step(compiled, node_id, ctx)
+
+
+def default_step(compiled: CompiledWorkflow, node_id: str) -> StepResult:
+    """The step a timed-out node takes: its default edge, whatever its criteria would say."""
+    return workflows.step_default(compiled, node_id)

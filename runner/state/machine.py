@@ -1,0 +1,507 @@
+"""``RunnerStateMachine``: the DuckDB state and ``apply`` for every entry kind.
+
+Each apply runs in one DuckDB transaction; a request that cannot be applied (unknown
+workflow, bad metric text, ...) rolls back and returns ``Reply(ok=False, field=...)`` instead
+of raising, identically on every node. Reads for the API go through ``reader()`` cursors,
+which see committed state only and may run on other threads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+
+from runner import ids
+from runner.errors import InvariantViolation
+from runner.state import entries, flows, schema, snapshot
+from runner.state.effects import (
+    CallApp,
+    EnqueueReview,
+    Reply,
+    RunChanged,
+    SendWebhook,
+    StoreRun,
+)
+
+steps_per_run_max = 64
+expired_per_tick_max = 5_000
+event_bytes_max = 64 * 1024
+STREAM_OF_TYPE = {"order": "payments"}  # event type -> metric stream (default: the type)
+RUN_COLUMNS = ("run_id, event_id, event_type, workflow_id, version, state, node_id, decision, "
+               "started_ts, updated_ts, offset_, stored_offset, event, metrics, scores, apps, "
+               "waiting_for")
+
+
+class Rejected(Exception):
+    """The entry is well-formed but cannot be applied; the request gets a 4xx naming ``field``."""
+
+    def __init__(self, field: str, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.field, self.message, self.status = field, message, status
+
+
+def stream_of(event_type: str) -> str:
+    return STREAM_OF_TYPE.get(event_type, event_type)
+
+
+class RunnerStateMachine:
+    """The runner's replicated state. One thread applies; other threads only read."""
+
+    def __init__(self, data_dir: Path, engine: Any | None = None) -> None:
+        self._dir = Path(data_dir)
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self.con = duckdb.connect(":memory:")
+        schema.create(self.con)
+        if engine is None:
+            from metrics_engine import Engine
+
+            engine = Engine(self._dir / "metrics")
+        self.engine = engine
+        self._active: dict[str, tuple[int, str, Any]] = {}  # wf id -> (version, type, compiled)
+        self._applied = -1
+        self._handlers = {
+            entries.EVENT_RECEIVED: self._event_received,
+            entries.APP_COMPLETED: self._app_completed,
+            entries.TICK: self._tick,
+            entries.WORKFLOW_DRAFT_SAVED: self._draft_saved,
+            entries.WORKFLOW_PUBLISHED: self._published,
+            entries.WORKFLOW_ROLLED_BACK: self._rolled_back,
+            entries.METRIC_DEFINED: self._metric_defined,
+            entries.METRIC_DROPPED: self._metric_dropped,
+            entries.REVIEW_CLAIMED: self._review_claimed,
+            entries.EFFECTS_DONE: self._effects_done,
+            entries.LEADER_STARTED: self._leader_started,
+        }
+
+    # ----------------------------------------------------------------- protocol
+    @property
+    def applied_offset(self) -> int:
+        return self._applied
+
+    def apply(self, entry: Any) -> list[Any]:
+        if entry.offset <= self._applied:
+            raise InvariantViolation(f"offset {entry.offset} applied after {self._applied}")
+        handler = self._handlers.get(entry.kind)
+        if handler is None:  # LeaderStarted and other kinds of replog: no state of ours
+            self._applied = entry.offset
+            return []
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            effects = handler(entry, entries.decode(entry.payload, entry.kind))
+            self.con.execute("COMMIT")
+        except (Rejected, ValueError, KeyError) as exc:
+            self.con.execute("ROLLBACK")
+            field = getattr(exc, "field", "payload")
+            status = getattr(exc, "status", 422)
+            effects = [Reply(ok=False, error=getattr(exc, "message", str(exc)), field=field,
+                             result={"status": status})]
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+        self._applied = entry.offset
+        return effects
+
+    def snapshot(self) -> snapshot.SnapshotWriter:
+        return snapshot.capture(self.con, self.engine, self._applied)
+
+    def restore(self, directory: Path) -> None:
+        self._applied = snapshot.restore(self.con, self.engine, Path(directory))
+        self._rebuild_active()
+
+    def digest(self) -> str:
+        return snapshot.digest(self.con, self.engine)
+
+    def reader(self) -> duckdb.DuckDBPyConnection:
+        """A cursor for reads from another thread (sees committed state)."""
+        return self.con.cursor()
+
+    def close(self) -> None:
+        self.con.close()
+        close = getattr(self.engine, "close", None)
+        if close:
+            close()
+
+    # ----------------------------------------------------------------- events
+    def _event_received(self, entry: Any, p: dict) -> list[Any]:
+        event_id, etype, data = p["event_id"], p["type"], p.get("data") or {}
+        if not isinstance(event_id, str) or not event_id:
+            raise Rejected("event_id", "must be a non-empty string")
+        if not isinstance(data, dict):
+            raise Rejected("data", "must be an object")
+        seen = self.con.execute("SELECT offset_ FROM events_seen WHERE event_id = ?",
+                                [event_id]).fetchone()
+        if seen is not None:  # exactly one run per event and workflow: answer with the same runs
+            runs = [run_view(r, self.con) for r in self.con.execute(
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE event_id = ? ORDER BY run_id",
+                [event_id]).fetchall()]
+            return [Reply(ok=True, runs=runs, result={"duplicate": True, "offset": seen[0]})]
+        self.con.execute("INSERT INTO events_seen VALUES (?, ?, ?, ?)",
+                         [event_id, etype, entry.offset, entry.ts])
+        metric_values = self._ingest(etype, data, entry.ts)
+        event = {"event_id": event_id, "type": etype, "ts": p.get("ts"), "data": data}
+        effects: list[Any] = []
+        views = []
+        for wf_id in sorted(w for w, (_, t, _) in self._active.items() if t == etype):
+            version, _, compiled = self._active[wf_id]
+            run = {
+                "run_id": ids.run_id(event_id, wf_id), "event_id": event_id, "event_type": etype,
+                "workflow_id": wf_id, "version": version, "state": "running",
+                "node_id": flows.root(compiled), "decision": None, "started_ts": entry.ts,
+                "updated_ts": entry.ts, "offset": entry.offset, "stored_offset": -1,
+                "event": event, "metrics": metric_values, "scores": {}, "apps": {}, "path": [],
+                "waiting_for": None,
+            }
+            effects += self._walk(run, compiled, entry)
+            self._save_run(run, new=True)
+            effects.append(StoreRun(record_of(run)))
+            views.append(run_view_of(run))
+        return [Reply(ok=True, runs=views, result={"duplicate": False, "offset": entry.offset}),
+                *effects]
+
+    def _ingest(self, etype: str, data: dict, ts: int) -> dict[str, Any]:
+        if not self._has_metrics():
+            return {}
+        values = self.engine.ingest(stream_of(etype), data, ts)
+        return {k: values[k] for k in sorted(values)}
+
+    def _has_metrics(self) -> bool:
+        return self.con.execute("SELECT 1 FROM metric_defs LIMIT 1").fetchone() is not None
+
+    # ----------------------------------------------------------------- the walk
+    def _walk(self, run: dict, compiled: Any, entry: Any) -> list[Any]:
+        """Walk from ``run['node_id']`` until a decision or a node that needs outside work."""
+        effects: list[Any] = []
+        node = run["node_id"]
+        for _ in range(steps_per_run_max):
+            work = flows.outside(compiled, node)
+            if work is not None and node not in run["apps"]:
+                if flows.is_builtin_scorer(work):
+                    result = flows.builtin_result(work, run["event"]["data"])
+                    run["apps"][node] = result
+                    run["scores"].update(result)
+                elif work.kind == "webhook":
+                    effects.append(self._webhook(run, node, work, entry))
+                    run["apps"][node] = {"status_code": 0}  # fire and forget: not awaited
+                else:
+                    effects.append(self._open_task(run, node, work, entry))
+                    run["state"], run["node_id"] = "waiting", node
+                    run["waiting_for"] = "review" if work.kind == "review_queue" else "app"
+                    return effects
+            if run["apps"].get(node, {}).get("timed_out"):
+                result = flows.default_step(compiled, node)
+            else:
+                result = flows.step(compiled, node, flows.context(run))
+            self._record_step(run, result, entry.ts)
+            node = run["node_id"] = result.next_node_id
+            if result.decision is not None:
+                run["state"], run["decision"] = "decided", result.decision.action
+                self.con.execute("INSERT OR REPLACE INTO decisions VALUES (?, ?, ?, ?)",
+                                 [run["run_id"], result.decision.action, entry.ts, entry.offset])
+                return effects
+        raise InvariantViolation(f"run {run['run_id']} exceeded {steps_per_run_max} steps")
+
+    def _record_step(self, run: dict, result: Any, ts: int) -> None:
+        seq = len(run["path"])
+        step = result.to_dict()
+        step["seq"], step["ts"] = seq, ts
+        run["path"].append(step)
+        self.con.execute("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                         [run["run_id"], seq, result.node_id, result.node_kind, result.edge_id,
+                          result.next_node_id, orjson.dumps(step).decode(), ts])
+
+    def _open_task(self, run: dict, node: str, info: Any, entry: Any) -> Any:
+        deadline = entry.ts + info.timeout_ms
+        kind = "review" if info.kind == "review_queue" else "app"
+        self.con.execute(
+            "INSERT OR REPLACE INTO app_tasks VALUES (?, ?, ?, ?, 'pending', ?, ?, NULL, NULL)",
+            [run["run_id"], node, kind, info.queue, deadline, entry.ts])
+        if kind == "review":
+            return EnqueueReview(run["run_id"], node, info.queue or "default")
+        return self._call_app_effect(run, node, info)
+
+    @staticmethod
+    def _call_app_effect(run: dict, node: str, info: Any) -> CallApp:
+        return CallApp(run["run_id"], node, info.app or "", info.timeout_ms or 0,
+                       {"run_id": run["run_id"], "node_id": node, "event": run["event"],
+                        "metrics": run["metrics"], "scores": run["scores"]})
+
+    def _webhook(self, run: dict, node: str, info: Any, entry: Any) -> SendWebhook:
+        effect_id = f"wh.{run['run_id']}.{node}"
+        payload = {"run_id": run["run_id"], "node_id": node, "event": run["event"],
+                   "workflow_id": run["workflow_id"], "version": run["version"],
+                   "scores": run["scores"], "path": [s["node_id"] for s in run["path"]]}
+        self.con.execute("INSERT OR IGNORE INTO outbox VALUES (?, 'webhook', ?, ?, false)",
+                         [effect_id, run["run_id"],
+                          orjson.dumps({"url": info.url, "secret_ref": info.secret_ref,
+                                        "payload": payload}).decode()])
+        return SendWebhook(effect_id, info.url or "", info.secret_ref, payload)
+
+    # ----------------------------------------------------------------- apps and timers
+    def _app_completed(self, entry: Any, p: dict) -> list[Any]:
+        run_id, node, result = p["run_id"], p["node_id"], p.get("result") or {}
+        if not isinstance(result, dict):
+            raise Rejected("result", "must be an object")
+        task = self.con.execute(
+            "SELECT status, kind FROM app_tasks WHERE run_id = ? AND node_id = ?",
+            [run_id, node]).fetchone()
+        if task is None:
+            raise Rejected("node_id", f"run {run_id} has no app task at node {node}", 404)
+        if task[0] != "pending":  # a late answer after a timeout or a second answer: ignored
+            run = self._load_run(run_id)
+            return [Reply(ok=True, runs=[run_view_of(run)], result={"ignored": task[0]})]
+        self.con.execute("UPDATE app_tasks SET status = 'done', outcome = ? "
+                         "WHERE run_id = ? AND node_id = ?",
+                         [orjson.dumps(result).decode(), run_id, node])
+        effects = self._resume(run_id, node, result, entry)
+        return [Reply(ok=True, runs=[effects[0].run], result={"ignored": None}), *effects]
+
+    def _resume(self, run_id: str, node: str, result: dict, entry: Any) -> list[Any]:
+        run = self._load_run(run_id)
+        compiled = self._compiled(run["workflow_id"], run["version"])
+        run["apps"][node] = result
+        info = flows.outside(compiled, node)
+        if info is not None and info.kind == "score":
+            run["scores"].update({name: float(result[name]) for name in info.scores
+                                  if isinstance(result.get(name), int | float)})
+        run["state"], run["updated_ts"], run["offset"] = "running", entry.ts, entry.offset
+        run["waiting_for"] = None
+        effects = self._walk(run, compiled, entry)
+        self._save_run(run, new=False)
+        out: list[Any] = [RunChanged(run_view_of(run))]
+        if run["state"] == "decided":
+            out.append(StoreRun(record_of(run)))
+        return out + effects
+
+    def _tick(self, entry: Any, p: dict) -> list[Any]:
+        due = self.con.execute(
+            "SELECT run_id, node_id FROM app_tasks WHERE status = 'pending' "
+            "AND deadline_ts IS NOT NULL AND deadline_ts <= ? "
+            "ORDER BY deadline_ts, run_id, node_id LIMIT ?",
+            [entry.ts, expired_per_tick_max]).fetchall()
+        effects: list[Any] = []
+        for run_id, node in due:
+            self.con.execute("UPDATE app_tasks SET status = 'expired' "
+                             "WHERE run_id = ? AND node_id = ?", [run_id, node])
+            effects += self._resume(run_id, node, {"timed_out": True}, entry)
+        return [Reply(ok=True, result={"expired": len(due)}), *effects]
+
+    def _review_claimed(self, entry: Any, p: dict) -> list[Any]:
+        run_id, node, user = p["run_id"], p["node_id"], p["user"]
+        task = self.con.execute(
+            "SELECT status, kind, claimed_by FROM app_tasks WHERE run_id = ? AND node_id = ?",
+            [run_id, node]).fetchone()
+        if task is None or task[1] != "review":
+            raise Rejected("run_id", "no review task for this run and node", 404)
+        if task[0] != "pending":
+            raise Rejected("run_id", f"the review task is {task[0]}", 409)
+        if task[2] not in (None, user):
+            raise Rejected("run_id", f"already claimed by {task[2]}", 409)
+        self.con.execute("UPDATE app_tasks SET claimed_by = ? WHERE run_id = ? AND node_id = ?",
+                         [user, run_id, node])
+        return [Reply(ok=True, result={"claimed_by": user})]
+
+    def _effects_done(self, entry: Any, p: dict) -> list[Any]:
+        for run_id, offset in p.get("stored", []):
+            self.con.execute("UPDATE runs SET stored_offset = greatest(stored_offset, ?) "
+                             "WHERE run_id = ?", [offset, run_id])
+        for effect_id in p.get("outbox", []):
+            self.con.execute("UPDATE outbox SET done = true WHERE effect_id = ?", [effect_id])
+        return []
+
+    def _leader_started(self, entry: Any, p: dict) -> list[Any]:
+        """A new leader re-drives every effect not yet confirmed (all idempotent)."""
+        effects: list[Any] = []
+        for row in self.con.execute(f"SELECT {RUN_COLUMNS} FROM runs "
+                                    "WHERE stored_offset < offset_ ORDER BY run_id").fetchall():
+            run = run_dict(row)
+            run["path"] = steps_of(self.con, run["run_id"])
+            effects.append(StoreRun(record_of(run)))
+        for run_id, node in self.con.execute(
+                "SELECT run_id, node_id FROM app_tasks WHERE status = 'pending' AND kind = 'app' "
+                "ORDER BY run_id, node_id").fetchall():
+            run = self._load_run(run_id)
+            info = flows.outside(self._compiled(run["workflow_id"], run["version"]), node)
+            effects.append(self._call_app_effect(run, node, info))
+        for effect_id, payload in self.con.execute(
+                "SELECT effect_id, payload FROM outbox WHERE NOT done ORDER BY effect_id"
+                ).fetchall():
+            body = orjson.loads(payload)
+            effects.append(SendWebhook(effect_id, body["url"], body["secret_ref"],
+                                       body["payload"]))
+        return effects
+
+    # ----------------------------------------------------------------- workflows and metrics
+    def _known_metrics(self) -> list[str]:
+        return [r[0] for r in self.con.execute("SELECT name FROM metric_defs ORDER BY name")
+                .fetchall()]
+
+    def _draft_saved(self, entry: Any, p: dict) -> list[Any]:
+        wf_id, definition = p["workflow_id"], p["definition"]
+        problems = flows.validate(definition, self._known_metrics())
+        self.con.execute("INSERT OR REPLACE INTO workflow_drafts VALUES (?, ?, ?, ?)",
+                         [wf_id, orjson.dumps(definition).decode(), entry.ts, p.get("by")])
+        return [Reply(ok=True, result={"workflow_id": wf_id, "problems": problems})]
+
+    def _published(self, entry: Any, p: dict) -> list[Any]:
+        wf_id = p["workflow_id"]
+        definition = p.get("definition")
+        if definition is None:
+            row = self.con.execute("SELECT definition FROM workflow_drafts WHERE workflow_id = ?",
+                                   [wf_id]).fetchone()
+            if row is None:
+                raise Rejected("workflow_id", f"workflow {wf_id} has no draft", 404)
+            definition = orjson.loads(row[0])
+        return self._publish(wf_id, definition, entry, p.get("by"))
+
+    def _rolled_back(self, entry: Any, p: dict) -> list[Any]:
+        wf_id, version = p["workflow_id"], int(p["version"])
+        row = self.con.execute("SELECT definition FROM workflow_versions "
+                               "WHERE workflow_id = ? AND version = ?", [wf_id, version]).fetchone()
+        if row is None:
+            raise Rejected("version", f"workflow {wf_id} has no version {version}", 404)
+        return self._publish(wf_id, orjson.loads(row[0]), entry, p.get("by"))
+
+    def _publish(self, wf_id: str, definition: dict, entry: Any, by: str | None) -> list[Any]:
+        (latest,) = self.con.execute("SELECT coalesce(max(version), 0) FROM workflow_versions "
+                                     "WHERE workflow_id = ?", [wf_id]).fetchone()
+        version = latest + 1
+        try:
+            compiled = flows.compile(definition, version, self._known_metrics())
+        except flows.Invalid as exc:
+            raise Rejected("definition", "; ".join(exc.problems)) from exc
+        etype = flows.event_type(compiled)
+        self.con.execute("INSERT INTO workflow_versions VALUES (?, ?, ?, ?, ?, ?)",
+                         [wf_id, version, etype, orjson.dumps(definition).decode(), entry.ts, by])
+        self.con.execute("INSERT OR REPLACE INTO workflow_active VALUES (?, ?, ?)",
+                         [wf_id, version, etype])
+        self._active[wf_id] = (version, etype, compiled)  # last: nothing below can fail
+        return [Reply(ok=True, result={"workflow_id": wf_id, "version": version,
+                                       "event_type": etype})]
+
+    def _metric_defined(self, entry: Any, p: dict) -> list[Any]:
+        text = p["text"]
+        try:
+            names = self.engine.define(text)
+        except ValueError as exc:  # MetricSyntaxError is a ValueError
+            raise Rejected("text", str(exc)) from exc
+        for name in names:
+            self.con.execute("INSERT OR REPLACE INTO metric_defs VALUES (?, ?, ?)",
+                             [name, text, entry.ts])
+        return [Reply(ok=True, result={"names": list(names)})]
+
+    def _metric_dropped(self, entry: Any, p: dict) -> list[Any]:
+        name = p["name"]
+        if self.con.execute("SELECT 1 FROM metric_defs WHERE name = ?", [name]).fetchone() is None:
+            raise Rejected("name", f"no metric named {name}", 404)
+        users = [w for w, (_, _, c) in sorted(self._active.items())
+                 if name in flows.metrics_used(c)]
+        if users:
+            raise Rejected("name", f"metric {name} is used by workflows {users}", 409)
+        self.engine.drop(name)
+        self.con.execute("DELETE FROM metric_defs WHERE name = ?", [name])
+        return [Reply(ok=True, result={"dropped": name})]
+
+    # ----------------------------------------------------------------- rows
+    def _compiled(self, wf_id: str, version: int) -> Any:
+        active = self._active.get(wf_id)
+        if active is not None and active[0] == version:
+            return active[2]
+        row = self.con.execute("SELECT definition FROM workflow_versions "
+                               "WHERE workflow_id = ? AND version = ?", [wf_id, version]).fetchone()
+        if row is None:
+            raise InvariantViolation(f"run of unknown workflow version {wf_id}@{version}")
+        return flows.compile(orjson.loads(row[0]), version, None)
+
+    def _rebuild_active(self) -> None:
+        self._active = {}
+        for wf_id, version, etype, definition in self.con.execute(
+                "SELECT a.workflow_id, a.version, a.event_type, v.definition "
+                "FROM workflow_active a JOIN workflow_versions v USING (workflow_id, version) "
+                "ORDER BY a.workflow_id").fetchall():
+            self._active[wf_id] = (version, etype, flows.compile(orjson.loads(definition),
+                                                                 version, None))
+
+    def _save_run(self, run: dict, new: bool) -> None:
+        self.con.execute(
+            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run["run_id"], run["event_id"], run["event_type"], run["workflow_id"],
+             run["version"], run["state"], run["node_id"], run["decision"], run["started_ts"],
+             run["updated_ts"], run["offset"], run["stored_offset"],
+             orjson.dumps(run["event"]).decode(), orjson.dumps(run["metrics"]).decode(),
+             orjson.dumps(run["scores"]).decode(), orjson.dumps(run["apps"]).decode(),
+             run["waiting_for"]])
+
+    def _load_run(self, run_id: str) -> dict:
+        row = self.con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?",
+                               [run_id]).fetchone()
+        if row is None:
+            raise Rejected("run_id", f"no run {run_id}", 404)
+        run = run_dict(row)
+        run["path"] = steps_of(self.con, run_id)
+        return run
+
+
+# --------------------------------------------------------------------- row <-> dict helpers
+def run_dict(row: tuple) -> dict:
+    keys = [c.strip() for c in RUN_COLUMNS.split(",")]
+    run = dict(zip(keys, row, strict=True))
+    run["offset"] = run.pop("offset_")
+    for k in ("event", "metrics", "scores", "apps"):
+        run[k] = orjson.loads(run[k]) if isinstance(run[k], str) else run[k]
+    return run
+
+
+def steps_of(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
+    rows = con.execute("SELECT trace FROM steps WHERE run_id = ? ORDER BY seq",
+                       [run_id]).fetchall()
+    return [orjson.loads(t) for (t,) in rows]
+
+
+def explain(path: list[dict]) -> list[str]:
+    """One sentence per step: which edge was taken and why."""
+    lines = []
+    for step in path:
+        taken = step["trace"][-1] if step.get("trace") else {}
+        if step.get("default_taken"):
+            failed = [t["criteria"] for t in step.get("trace", [])[:-1]]
+            why = "default edge" + (f" (not true: {'; '.join(failed)})" if failed else "")
+        else:
+            why = f"{taken.get('criteria')} is true"
+        line = f"{step['node_id']} -> {step['next_node_id']} by {step['edge_id']}: {why}"
+        if step.get("decision"):
+            d = step["decision"]
+            line += f"; decision {d['action']}" + (f" ({d['reason']})" if d.get("reason") else "")
+        lines.append(line)
+    return lines
+
+
+def run_view_of(run: dict) -> dict:
+    """The public shape of a run (the API's ``RunPublic``)."""
+    return {
+        "run_id": run["run_id"], "event_id": run["event_id"], "workflow_id": run["workflow_id"],
+        "workflow_version": run["version"], "state": run["state"], "decision": run["decision"],
+        "node_id": run["node_id"], "waiting_for": run["waiting_for"], "path": run["path"],
+        "explanation": explain(run["path"]), "metrics": run["metrics"],
+        "scores": run["scores"], "apps": run["apps"], "offset": run["offset"],
+        "started_ts": run["started_ts"], "updated_ts": run["updated_ts"],
+    }
+
+
+def run_view(row: tuple, con: duckdb.DuckDBPyConnection | None = None) -> dict:
+    run = run_dict(row)
+    run["path"] = steps_of(con, run["run_id"]) if con is not None else []
+    return run_view_of(run)
+
+
+def record_of(run: dict) -> dict:
+    """The run as a ``RunRecord`` dict for the run store."""
+    return {
+        "run_id": run["run_id"], "event_id": run["event_id"], "event_type": run["event_type"],
+        "workflow_id": run["workflow_id"], "workflow_version": run["version"],
+        "state": run["state"], "event": run["event"], "path": run["path"],
+        "decision": run["decision"], "metrics": run["metrics"], "started_ts": run["started_ts"],
+        "updated_ts": run["updated_ts"], "offset": run["offset"],
+    }

@@ -1,0 +1,43 @@
+"""DuckDB tables of the state machine. Every table is part of snapshots and of the digest.
+
+The ``order_by`` of each table is total (a key), so dumps and digests are stable.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+TABLES: dict[str, tuple[str, str]] = {
+    # name: (columns, total order)
+    "events_seen": ("event_id VARCHAR PRIMARY KEY, event_type VARCHAR, offset_ BIGINT, ts BIGINT",
+                    "event_id"),
+    "runs": ("run_id VARCHAR PRIMARY KEY, event_id VARCHAR, event_type VARCHAR, "
+             "workflow_id VARCHAR, version INTEGER, state VARCHAR, node_id VARCHAR, "
+             "decision VARCHAR, started_ts BIGINT, updated_ts BIGINT, offset_ BIGINT, "
+             "stored_offset BIGINT, event JSON, metrics JSON, scores JSON, apps JSON, "
+             "waiting_for VARCHAR",
+             "run_id"),
+    "steps": ("run_id VARCHAR, seq INTEGER, node_id VARCHAR, node_kind VARCHAR, edge_id VARCHAR, "
+              "next_node_id VARCHAR, trace JSON, ts BIGINT, PRIMARY KEY (run_id, seq)",
+              "run_id, seq"),
+    "app_tasks": ("run_id VARCHAR, node_id VARCHAR, kind VARCHAR, queue VARCHAR, "
+                  "status VARCHAR, deadline_ts BIGINT, created_ts BIGINT, claimed_by VARCHAR, "
+                  "outcome JSON, PRIMARY KEY (run_id, node_id)", "run_id, node_id"),
+    "decisions": ("run_id VARCHAR PRIMARY KEY, decision VARCHAR, ts BIGINT, offset_ BIGINT",
+                  "run_id"),
+    "workflow_versions": ("workflow_id VARCHAR, version INTEGER, event_type VARCHAR, "
+                          "definition JSON, published_ts BIGINT, published_by VARCHAR, "
+                          "PRIMARY KEY (workflow_id, version)", "workflow_id, version"),
+    "workflow_active": ("workflow_id VARCHAR PRIMARY KEY, version INTEGER, event_type VARCHAR",
+                        "workflow_id"),
+    "workflow_drafts": ("workflow_id VARCHAR PRIMARY KEY, definition JSON, updated_ts BIGINT, "
+                        "updated_by VARCHAR", "workflow_id"),
+    "metric_defs": ("name VARCHAR PRIMARY KEY, text VARCHAR, defined_ts BIGINT", "name"),
+    "outbox": ("effect_id VARCHAR PRIMARY KEY, kind VARCHAR, run_id VARCHAR, payload JSON, "
+               "done BOOLEAN", "effect_id"),
+}
+
+
+def create(con: duckdb.DuckDBPyConnection) -> None:
+    for name, (columns, _) in TABLES.items():
+        con.execute(f"CREATE TABLE IF NOT EXISTS {name} ({columns})")

@@ -1,0 +1,217 @@
+"""The state machine: the W3 walk, duplicates, reviews, timeouts, apps, determinism, re-drive."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from replog.entry import Entry
+
+from runner.demo import W1_METRICS, w3_definition
+from runner.scoring import demo_score
+from runner.state import entries
+from runner.state.effects import CallApp, EnqueueReview, Reply, RunChanged, StoreRun
+from runner.state.machine import RunnerStateMachine
+from tests.runner.fakes import BruteForceW1Engine
+
+T0 = 1_700_000_000_000
+
+
+class Log:
+    """Feeds entries with increasing offsets to one or more state machines."""
+
+    def __init__(self, *machines: RunnerStateMachine) -> None:
+        self.machines = machines
+        self.offsets = itertools.count()
+        self.history: list[Entry] = []
+
+    def apply(self, kind: str, payload: dict, ts: int = T0) -> list:
+        entry = Entry(next(self.offsets), 1, ts, kind, entries.encode(payload))
+        self.history.append(entry)
+        results = [m.apply(entry) for m in self.machines]
+        return results[0]
+
+
+def reply(effects: list) -> Reply:
+    return next(e for e in effects if isinstance(e, Reply))
+
+
+def order(event_id: str, **fields) -> dict:
+    data = {"card": "c1", "customer": "u1", "merchant": "m1", "country": "US",
+            "channel": "card-present", "device": "d1", "amount": 1_000}
+    data.update(fields)
+    return {"event_id": event_id, "type": "order", "data": data}
+
+
+@pytest.fixture
+def machine(tmp_path):
+    m = RunnerStateMachine(tmp_path / "a", engine=BruteForceW1Engine())
+    yield m
+    m.close()
+
+
+def setup_w3(log: Log, scorer: str = "builtin:demo") -> None:
+    for text in W1_METRICS:
+        assert reply(log.apply(entries.METRIC_DEFINED, {"text": text})).ok
+    r = reply(log.apply(entries.WORKFLOW_PUBLISHED,
+                        {"workflow_id": "w3_demo", "definition": w3_definition(scorer)}))
+    assert r.ok and r.result["version"] == 1, r
+
+
+def test_low_score_order_is_approved_with_path_and_metrics(machine):
+    log = Log(machine)
+    setup_w3(log)
+    effects = log.apply(entries.EVENT_RECEIVED, order("o-1"))
+    (run,) = reply(effects).runs
+    assert demo_score(order("o-1")["data"]) <= 60
+    assert run["state"] == "decided" and run["decision"] == "approve"
+    assert [s["node_id"] for s in run["path"]] == ["event", "score"]
+    assert run["metrics"] == {"card_count_5m": 1, "card_sum_5m": 1000, "merchant_avg_5m": 1000.0}
+    assert "approve_otherwise" in run["explanation"][-1]
+    stored = [e for e in effects if isinstance(e, StoreRun)]
+    assert len(stored) == 1 and stored[0].record["decision"] == "approve"
+
+
+def test_high_score_blocks_and_foreign_rule_reads_country(machine):
+    log = Log(machine)
+    setup_w3(log)
+    risky = dict(amount=900_000, country="NG", channel="card-not-present", is_fraud=True)
+    (run,) = reply(log.apply(entries.EVENT_RECEIVED, order("o-1", **risky))).runs
+    assert run["decision"] == "block" and run["node_id"] == "block_high_score"
+    assert run["scores"]["payment_abuse"] > 90
+
+
+def test_card_velocity_blocks_the_fifth_payment_within_five_minutes(machine):
+    log = Log(machine)
+    setup_w3(log)
+    decisions = []
+    for i in range(6):
+        (run,) = reply(log.apply(entries.EVENT_RECEIVED, order(f"o-{i}"),
+                                 ts=T0 + i * 30_000)).runs
+        decisions.append(run["node_id"])
+    assert decisions[:5] == ["approve"] * 4 + ["block_velocity"][:0] + ["block_velocity"]
+    # six minutes later the window has emptied again
+    (run,) = reply(log.apply(entries.EVENT_RECEIVED, order("o-late"), ts=T0 + 11 * 60_000)).runs
+    assert run["metrics"]["card_count_5m"] == 1 and run["decision"] == "approve"
+
+
+def test_duplicate_event_returns_the_same_runs_and_starts_none(machine):
+    log = Log(machine)
+    setup_w3(log)
+    first = reply(log.apply(entries.EVENT_RECEIVED, order("o-1")))
+    again = log.apply(entries.EVENT_RECEIVED, order("o-1", amount=5))
+    assert reply(again).runs == first.runs and reply(again).result["duplicate"]
+    assert not [e for e in again if isinstance(e, StoreRun)]
+    assert machine.con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+
+
+def review_order(event_id: str) -> dict:
+    o = order(event_id, amount=300_000, country="NG", channel="card-present")
+    assert 60 < demo_score(o["data"]) <= 80
+    return o
+
+
+def test_review_claim_and_decide_resume_the_run(machine):
+    log = Log(machine)
+    setup_w3(log)
+    effects = log.apply(entries.EVENT_RECEIVED, review_order("o-r"))
+    (run,) = reply(effects).runs
+    assert run["state"] == "waiting" and run["waiting_for"] == "review"
+    assert any(isinstance(e, EnqueueReview) and e.queue == "manual_review" for e in effects)
+    claim = {"run_id": run["run_id"], "node_id": "review", "user": "ann"}
+    assert reply(log.apply(entries.REVIEW_CLAIMED, claim)).ok
+    other = reply(log.apply(entries.REVIEW_CLAIMED, dict(claim, user="bob")))
+    assert not other.ok and other.result["status"] == 409
+    done = log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
+                                             "result": {"outcome": "accept"}}, ts=T0 + 10)
+    changed = next(e for e in done if isinstance(e, RunChanged)).run
+    assert changed["decision"] == "approve" and changed["node_id"] == "approve_reviewed"
+    assert any(isinstance(e, StoreRun) for e in done)
+
+
+def test_tick_times_out_the_review_and_takes_the_default_edge(machine):
+    log = Log(machine)
+    setup_w3(log)
+    (run,) = reply(log.apply(entries.EVENT_RECEIVED, review_order("o-t"))).runs
+    deadline = T0 + 24 * 3600 * 1000
+    assert reply(log.apply(entries.TICK, {}, ts=deadline - 1)).result["expired"] == 0
+    effects = log.apply(entries.TICK, {}, ts=deadline)
+    assert reply(effects).result["expired"] == 1
+    changed = next(e for e in effects if isinstance(e, RunChanged)).run
+    assert changed["node_id"] == "block_reviewed" and changed["path"][-1]["default_taken"]
+    late = reply(log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
+                                                   "result": {"outcome": "accept"}},
+                           ts=deadline + 5))
+    assert late.ok and late.result["ignored"] == "expired"
+    assert late.runs[0]["decision"] == "block"
+
+
+def test_outside_score_app_is_called_and_its_answer_resumes(machine):
+    log = Log(machine)
+    setup_w3(log, scorer="demo_score")
+    effects = log.apply(entries.EVENT_RECEIVED, order("o-a"))
+    (run,) = reply(effects).runs
+    call = next(e for e in effects if isinstance(e, CallApp))
+    assert run["waiting_for"] == "app" and call.app == "demo_score" and call.timeout_ms == 200
+    done = log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "score",
+                                             "result": {"payment_abuse": 95}}, ts=T0 + 50)
+    assert next(e for e in done if isinstance(e, RunChanged)).run["decision"] == "block"
+    # a second order whose app never answers: the Tick at +200 ms takes the default edge
+    (run2,) = reply(log.apply(entries.EVENT_RECEIVED, order("o-b"), ts=T0 + 100)).runs
+    timeout = log.apply(entries.TICK, {}, ts=T0 + 300)
+    assert next(e for e in timeout if isinstance(e, RunChanged)).run["decision"] == "approve"
+
+
+def test_rejections_name_the_field_and_leave_state_unchanged(machine):
+    log = Log(machine)
+    setup_w3(log)
+    before = machine.digest()
+    bad = reply(log.apply(entries.METRIC_DEFINED, {"text": "nonsense"}))
+    assert not bad.ok and bad.field == "text"
+    wf = w3_definition()
+    wf["root"] = "nowhere"
+    bad = reply(log.apply(entries.WORKFLOW_PUBLISHED, {"workflow_id": "x", "definition": wf}))
+    assert not bad.ok and bad.field == "definition"
+    bad = reply(log.apply(entries.APP_COMPLETED, {"run_id": "r_x", "node_id": "n",
+                                                  "result": {}}))
+    assert not bad.ok and bad.result["status"] == 404
+    assert machine.digest() == before
+
+
+def test_replicas_agree_and_snapshot_restores_the_same_digest(tmp_path):
+    a = RunnerStateMachine(tmp_path / "a", engine=BruteForceW1Engine())
+    b = RunnerStateMachine(tmp_path / "b", engine=BruteForceW1Engine())
+    log = Log(a, b)
+    setup_w3(log)
+    for i in range(30):
+        o = review_order(f"o-{i}") if i % 7 == 0 else order(f"o-{i}", card=f"c{i % 4}")
+        log.apply(entries.EVENT_RECEIVED, o, ts=T0 + i * 1000)
+    assert a.digest() == b.digest()
+    writer = a.snapshot()
+    log_after = Log(a)
+    log_after.offsets = itertools.count(a.applied_offset + 1)
+    log_after.apply(entries.EVENT_RECEIVED, order("o-after"), ts=T0 + 99_000)  # after capture
+    writer.write(tmp_path / "snap")
+    c = RunnerStateMachine(tmp_path / "c", engine=BruteForceW1Engine())
+    c.restore(tmp_path / "snap")
+    assert c.applied_offset == b.applied_offset
+    assert c.con.execute("SELECT count(*) FROM runs").fetchone() == \
+        b.con.execute("SELECT count(*) FROM runs").fetchone()
+    assert c._active.keys() == b._active.keys()
+    for m in (a, b, c):
+        m.close()
+
+
+def test_leader_started_redrives_unconfirmed_runs_only(machine):
+    log = Log(machine)
+    setup_w3(log)
+    for i in range(3):
+        log.apply(entries.EVENT_RECEIVED, order(f"o-{i}", card=f"c{i}"))
+    redrive = log.apply(entries.LEADER_STARTED, {})
+    assert sorted(e.record["event_id"] for e in redrive if isinstance(e, StoreRun)) == \
+        ["o-0", "o-1", "o-2"]
+    stored = [[e.record["run_id"], e.record["offset"]] for e in redrive
+              if isinstance(e, StoreRun)][:2]
+    log.apply(entries.EFFECTS_DONE, {"stored": stored, "outbox": []})
+    again = log.apply(entries.LEADER_STARTED, {})
+    assert [e.record["event_id"] for e in again if isinstance(e, StoreRun)] == ["o-2"]
