@@ -143,14 +143,23 @@ class S3Store:
     def delete_dir(self, name: str) -> None:
         base = self._key(name).rstrip("/") + "/"
         batch: list[dict[str, str]] = []
+        folders = {base}
         for page in self._pages(Prefix=base):
             for obj in page.get("Contents", []):
-                batch.append({"Key": obj["Key"]})
+                key = obj["Key"]
+                batch.append({"Key": key})
+                folders.update(
+                    key[: i + 1] for i, c in enumerate(key) if c == "/" and i >= len(base)
+                )
                 if len(batch) == DELETE_BATCH_KEYS_MAX:
                     self._delete_batch(batch)
                     batch = []
         if batch:
             self._delete_batch(batch)
+        # Stores backed by a real file tree (SeaweedFS) keep empty folders and list them as
+        # common prefixes; deleting the "folder/" key removes them (a no-op on AWS S3).
+        for folder in sorted(folders, key=len, reverse=True):
+            self._client.delete_object(Bucket=self.bucket, Key=folder)
 
     def _delete_batch(self, batch: list[dict[str, str]]) -> None:
         resp = self._client.delete_objects(
