@@ -30,7 +30,5 @@ def decode(payload: bytes) -> dict[str, Any]:
 
 def digest_of(rows: list[tuple[str, int]]) -> str:
     """The digest of a key → value table given sorted rows."""
-    h = hashlib.sha256()
-    for key, value in rows:
-        h.update(f"{key}\x00{value}\n".encode())
-    return h.hexdigest()
+    text = "".join(f"{key}\x00{value}\n" for key, value in rows)
+    return hashlib.sha256(text.encode()).hexdigest()

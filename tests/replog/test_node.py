@@ -1,0 +1,151 @@
+"""The threaded node over in-memory and file logs: forwarding, read-your-writes, failover."""
+
+import pathlib
+
+import pytest
+
+from replog import Fenced, Node, NotLeader, Role
+from replog.entry import Entry
+from replog.filelog import FileLog
+from replog.single import SingleNodeElection
+from replog.testing import ops
+from replog.testing.dictkv import DictKV
+from replog.testing.kv import DuckKV
+from replog.testing.memlog import DirectForwarder, ManualElection, MemLog
+
+WAIT_S = 10.0  # generous: only reached when something is broken
+
+
+def wait_for(predicate, timeout_s=WAIT_S):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+@pytest.fixture
+def cluster():
+    log, directory, nodes_by_url = MemLog(), {}, {}
+    nodes = []
+    for i in range(3):
+        url = f"mem://n{i}"
+        node = Node(DictKV(), log, ManualElection(directory), node_id=f"n{i}",
+                    advertise_url=url, forwarder=DirectForwarder(nodes_by_url))
+        nodes_by_url[url] = node
+        nodes.append(node)
+        node.start()
+    yield log, nodes
+    for n in nodes:
+        n.stop()
+
+
+def test_leader_acknowledges_after_apply_and_followers_mirror(cluster):
+    log, (a, b, c) = cluster
+    a.election.elect(1)
+    assert wait_for(lambda: a.is_leader)
+    applied = a.submit(ops.KIND, ops.put("k", 7), 5).result(WAIT_S)
+    assert applied.writer_id == 1 and applied.effects == [{"key": "k", "value": 7}]
+    assert a.sm.get("k") == 7 and a.applied_offset >= applied.offset
+    for f in (b, c):
+        assert f.wait_applied(applied.offset, WAIT_S) and f.sm.get("k") == 7
+    assert a.sm.digest() == b.sm.digest() == c.sm.digest()
+
+
+def test_follower_forwards_and_reads_its_own_write(cluster):
+    log, (a, b, c) = cluster
+    a.election.elect(1)
+    assert wait_for(lambda: a.is_leader)
+    applied = b.submit(ops.KIND, ops.incr("n", 5), 5).result(WAIT_S)
+    # Resolved on the follower only once the follower itself applied the entry.
+    assert b.applied_offset >= applied.offset and b.sm.get("n") == 5
+
+
+def test_deposed_leader_fails_pending_and_new_leader_fences_it(cluster):
+    log, (a, b, c) = cluster
+    a.election.elect(1)
+    assert wait_for(lambda: a.is_leader)
+    log.fail_appends = True  # hold a's requests: nothing reaches the log
+    fut = a.submit(ops.KIND, ops.put("lost", 1), 5)
+    assert wait_for(lambda: fut.done())  # the append failed
+    log.fail_appends = False
+    pending = a.submit(ops.KIND, ops.put("x", 1), 5)
+    b.election.elect(2)
+    assert wait_for(lambda: b.is_leader)
+    assert wait_for(lambda: a.role is Role.FOLLOWER)  # fenced by writer 2 in the log
+    with pytest.raises((Fenced, NotLeader)):
+        pending.result(WAIT_S)
+    # A late write by the old writer lands after the new leader's entry: ignored everywhere.
+    late = Entry(-1, 1, 0, ops.KIND, ops.put("late", 1), 10_000).encode()
+    log.append([late])
+    ok = b.submit(ops.KIND, ops.put("after", 2), 5).result(WAIT_S)
+    for n in (a, b, c):
+        assert n.wait_applied(ok.offset, WAIT_S)
+        assert n.sm.get("late") is None and n.sm.get("after") == 2
+    assert a.sm.digest() == b.sm.digest() == c.sm.digest()
+
+
+def test_submit_on_follower_without_leader_fails_fast(cluster):
+    log, (a, b, c) = cluster
+    with pytest.raises(NotLeader):
+        b.submit(ops.KIND, ops.put("k", 1), 1).result(WAIT_S)
+
+
+def test_embedded_node_on_a_file_log_survives_a_restart(tmp_path: pathlib.Path):
+    path = tmp_path / "log"
+    node = Node(DuckKV(), FileLog(path), SingleNodeElection(), node_id="e", advertise_url="x")
+    node.start()
+    assert wait_for(lambda: node.is_leader)
+    futures = [node.submit(ops.KIND, ops.incr(f"c{i % 4}"), 5) for i in range(40)]
+    last = max(f.result(WAIT_S).offset for f in futures)
+    digest = node.sm.digest()
+    node.stop()
+    again = Node(DuckKV(), FileLog(path), SingleNodeElection(), node_id="e", advertise_url="x")
+    again.start()
+    assert again.wait_applied(last, WAIT_S)
+    assert again.sm.digest() == digest and again.sm.get("c0") == 10
+    again.stop()
+
+
+def test_file_log_cuts_a_torn_tail(tmp_path: pathlib.Path):
+    path = tmp_path / "log"
+    log = FileLog(path, fsync=False)
+    log.append([b"one", b"two"])
+    log.close()
+    with open(path, "ab") as f:
+        f.write(b"\x00\x00\x00\x10garbage")
+    log = FileLog(path, fsync=False)
+    assert log.end_offset == 2
+    log.append([b"three"])
+    assert [r for _, r in log.open_reader(0).poll(0.1, 10)] == [b"one", b"two", b"three"]
+
+
+def test_checkpointer_hook_is_called_after_apply(tmp_path: pathlib.Path):
+    calls = []
+
+    class Recorder:
+        def maybe_checkpoint(self, offset, writer_id):
+            calls.append((offset, writer_id))
+
+    node = Node(DictKV(), MemLog(), SingleNodeElection(writer_id=3), node_id="e",
+                advertise_url="x", checkpointer=Recorder())
+    node.start()
+    applied = node.submit(ops.KIND, ops.put("k", 1), 5).result(WAIT_S)
+    node.stop()
+    assert (applied.offset, 3) in calls and calls == sorted(calls)
+
+
+def test_snapshot_view_is_consistent_while_apply_continues(tmp_path: pathlib.Path):
+    sm = DuckKV()
+    for i in range(100):
+        sm.apply(Entry(i, 1, 0, ops.KIND, ops.put(f"k{i}", i), i))
+    writer, digest = sm.snapshot(), sm.digest()
+    for i in range(100, 150):
+        sm.apply(Entry(i, 1, 0, ops.KIND, ops.put(f"k{i}", i), i))
+    writer.write(tmp_path)
+    restored = DuckKV()
+    restored.restore(tmp_path)
+    assert restored.digest() == digest and restored.applied_offset == 99
