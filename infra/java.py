@@ -1,0 +1,45 @@
+"""The ``java`` command line shared by every JVM server: Java 17 module openings, heap, GC.
+
+Sizing is for a shared 2-core, 24 GiB machine: small fixed heaps (``-Xms`` = ``-Xmx`` so RSS is
+predictable), G1 with a short pause goal, and few GC / compiler threads so six JVMs starting
+together do not starve each other.
+"""
+
+import shutil
+
+from infra.errors import InfraError
+
+JAVA_VERSION_MIN = 17
+
+# Hadoop, HBase and Kafka still reach into JDK internals; Java 17 denies that unless opened.
+ADD_OPENS = [
+    f"--add-opens=java.base/{pkg}=ALL-UNNAMED"
+    for pkg in ("java.lang", "java.lang.reflect", "java.lang.invoke", "java.io", "java.net",
+                "java.nio", "java.util", "java.util.concurrent",
+                "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs", "sun.security.action",
+                "sun.util.calendar", "jdk.internal.misc", "jdk.internal.ref")
+] + ["--add-exports=java.base/jdk.internal.misc=ALL-UNNAMED",
+     "--add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED"]
+
+
+def java_bin() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise InfraError(f"`java` not found: install a JDK >= {JAVA_VERSION_MIN} "
+                         "(apt-get install openjdk-17-jdk-headless)")
+    return java
+
+
+def argv(main: str, classpath: str, heap_mb: int, props: dict[str, str] | None = None,
+         args: list[str] | None = None, extra_jvm: list[str] | None = None) -> list[str]:
+    """``java <flags> -cp <classpath> <main> <args>`` for one server."""
+    flags = [
+        f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m",
+        "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:ParallelGCThreads=2",
+        "-XX:ConcGCThreads=1", "-XX:CICompilerCount=2", "-XX:+ExitOnOutOfMemoryError",
+        "-Djava.net.preferIPv4Stack=true", "-Djava.awt.headless=true",
+        *ADD_OPENS,
+    ]
+    flags += [f"-D{k}={v}" for k, v in (props or {}).items()]
+    flags += extra_jvm or []
+    return [java_bin(), *flags, "-cp", classpath, main, *(args or [])]
