@@ -9,13 +9,14 @@ What the caller does:
 - build a store with ``store_from_url("file:///..." | "s3://bucket/prefix?endpoint=..." |
   "webhdfs://host:port/path")``;
 - at start, ``offset = bootstrap(store, state_machine)`` and replay the log from
-  ``offset + 1`` (from the start when it is None); ``CatchUp`` reports progress meanwhile;
+  ``offset + 1`` (from the start when it is None); ``CatchUp`` reports progress meanwhile
+  (``restore_newest`` gives the whole manifest, whose ``writer_id`` seeds the fence);
 - on the apply thread, after each apply, ``checkpointer.maybe_checkpoint(applied, writer_id)``
   (``Checkpointer(store, state_machine, every_entries, retain)``): it captures synchronously
   and uploads in the background; ``close()`` it at shutdown.
 """
 
-from checkpoints.bootstrap import bootstrap
+from checkpoints.bootstrap import bootstrap, restore_newest
 from checkpoints.checkpointer import Checkpointer, CheckpointerStats
 from checkpoints.errors import CheckpointStoreError, CorruptCheckpoint, InvariantViolation
 from checkpoints.manifest import Manifest, Part
@@ -42,6 +43,7 @@ __all__ = [
     "list_offsets",
     "prune",
     "read_manifest",
+    "restore_newest",
     "store_from_url",
     "upload_checkpoint",
 ]

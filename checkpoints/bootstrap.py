@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from checkpoints.errors import CorruptCheckpoint
+from checkpoints.manifest import Manifest
 from checkpoints.read import fetch_parts, list_offsets, read_manifest
 from checkpoints.stores import CheckpointStore
 
@@ -42,6 +43,21 @@ def bootstrap(
     verify_digest: bool = True,
 ) -> int | None:
     """Restore the newest valid checkpoint; return its offset, or None when there is none."""
+    manifest = restore_newest(
+        store, state_machine, scratch_root=scratch_root, verify_digest=verify_digest
+    )
+    return None if manifest is None else manifest.offset
+
+
+def restore_newest(
+    store: CheckpointStore,
+    state_machine: Restorable,
+    *,
+    scratch_root: Path | None = None,
+    verify_digest: bool = True,
+) -> Manifest | None:
+    """Like ``bootstrap`` but returns the whole manifest: a replog node also needs its
+    ``writer_id`` (the fence at that offset) as ``start_writer_id``."""
     offsets = list_offsets(store)
     if not offsets:
         log.info("no checkpoint in %s: replaying the log from the start", store.url)
@@ -87,6 +103,6 @@ def bootstrap(
             manifest.writer_node or "?",
             offset + 1,
         )
-        return offset
+        return manifest
     log.warning("no usable checkpoint in %s: replaying the log from the start", store.url)
     return None
