@@ -39,6 +39,7 @@ class ZkElection:
         self._url = b""
         self._lock = threading.RLock()
         self._stopped = False
+        self._lost = False  # the session was lost: rejoin with a new znode on reconnect
 
     def start(
         self, node_id: str, advertise_url: str, on_event: Callable[[ElectionEvent], None]
@@ -144,16 +145,21 @@ class ZkElection:
             with self._lock:
                 self._depose("ZooKeeper session lost")
                 self._me = None
+                self._lost = True
         elif state == KazooState.CONNECTED and not self._stopped:
             self._zk.handler.spawn(self._reconnected)  # type: ignore[union-attr]
 
     def _reconnected(self) -> None:
         with self._lock:
-            lost = self._me is None
-        if lost:
-            self._join()
-        else:
-            self._check()
+            lost, self._lost = self._lost, False
+            joined = self._me is not None
+        try:
+            if lost:
+                self._join()
+            elif joined:
+                self._check()
+        except Exception:  # the next state change tries again
+            log.warning("rejoining the election failed", exc_info=True)
 
     def _depose(self, reason: str) -> None:
         if self._leading_as is not None:
