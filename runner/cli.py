@@ -1,26 +1,93 @@
-"""The ``railflow`` command line (Typer)."""
+"""The ``railflow`` command line (Typer): ``serve``, ``demo traffic`` and ``cluster up|down|status``."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
 
 import typer
 from rich.console import Console
 
 app = typer.Typer(help="Railflow: a fraud decision service.", no_args_is_help=True)
 cluster_app = typer.Typer(help="The real local cluster from infra/.", no_args_is_help=True)
+demo_app = typer.Typer(help="Demo helpers.", no_args_is_help=True)
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(demo_app, name="demo")
 console = Console()
+
+CURL = ("curl -s -X POST {url}/v1/events -H \"Authorization: Bearer $(cat {key_file})\" "
+        "-H 'content-type: application/json' -d '{{\"event_id\":\"o-1\",\"type\":\"order\","
+        "\"data\":{{\"card\":\"c1\",\"customer\":\"u1\",\"merchant\":\"m1\",\"country\":\"US\","
+        "\"channel\":\"card-not-present\",\"amount\":12500,\"currency\":\"USD\"}}}}'")
+
+
+def _secret_file(path: Path, make) -> str:
+    if path.exists():
+        return path.read_text().strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = make()
+    path.write_text(value + "\n")
+    path.chmod(0o600)
+    return value
+
+
+def demo_credentials(service) -> tuple[str, str, Path]:
+    """The demo client key and console password, created once under the data directory."""
+    data_dir = service.settings.data_dir
+    key_file = data_dir / "demo-api-key"
+    key = _secret_file(key_file, lambda: "rk_" + secrets.token_urlsafe(24))
+    if service.auth.client_for_key(key) is None:
+        service.auth.create_key("demo", key)
+    password = _secret_file(data_dir / "demo-console-password", lambda: secrets.token_urlsafe(12))
+    if not service.auth.has_user("demo"):
+        service.auth.create_user("demo", password, "admin")
+    return key, password, key_file
 
 
 @app.command()
 def serve(
-    host: str = typer.Option("127.0.0.1", help="Address to bind."),
-    port: int = typer.Option(8000, help="Port to serve the API and console on."),
+    host: str = typer.Option(None, help="Address to bind (RAILFLOW_HOST)."),
+    port: int = typer.Option(None, help="Port of the API and console (RAILFLOW_PORT)."),
+    node_id: str = typer.Option(None, help="Node id (RAILFLOW_NODE_ID)."),
+    log_level: str = typer.Option("warning", help="uvicorn log level."),
 ) -> None:
-    """Start the service (embedded default: file log, single node, local state)."""
+    """Start a node. With no settings: embedded (file log, single node, RocksDB run store,
+    local checkpoints under ./.railflow), preloaded with the W3 demo workflow and W1 metrics."""
     import uvicorn
 
     from runner.api.app import create_app
+    from runner.service import Service
+    from runner.settings import Settings
 
-    console.print(f"[bold green]Railflow[/] serving on http://{host}:{port}  (docs: /docs)")
-    uvicorn.run(create_app(), host=host, port=port, log_level="info")
+    overrides = {k: v for k, v in (("host", host), ("port", port), ("node_id", node_id))
+                 if v is not None}
+    settings = Settings(**overrides)
+    service = Service(settings)
+    key, password, key_file = demo_credentials(service)
+    url = settings.url
+    console.print(f"[bold green]Railflow[/] {settings.mode} node {settings.node_id} serving on "
+                  f"{url}  (API docs: {url}/docs)")
+    console.print(f"  demo client API key : {key}   (written to {key_file})")
+    console.print(f"  demo console user   : demo / {password}   (role admin)")
+    console.print("  try:")
+    console.print("    " + CURL.format(url=url, key_file=key_file), soft_wrap=True, markup=False)
+    uvicorn.run(create_app(service), host=settings.host, port=settings.port,
+                log_level=log_level, access_log=False)
+
+
+@demo_app.command("traffic")
+def demo_traffic(
+    rate: float = typer.Option(50.0, help="Orders per second."),
+    duration: float = typer.Option(30.0, help="Seconds to run (0: until interrupted)."),
+    url: str = typer.Option("http://127.0.0.1:8000", help="Node to send to."),
+    key_file: Path = typer.Option(Path(".railflow/demo-api-key"), help="API key file."),
+    seed: int = typer.Option(7, help="Seed of the synthetic orders."),
+) -> None:
+    """Send synthetic orders at a fixed rate and print a summary of the decisions."""
+    from runner.traffic import run_traffic
+
+    summary = run_traffic(url, key_file.read_text().strip(), rate, duration, seed)
+    console.print(summary)
 
 
 @cluster_app.command("up")

@@ -153,11 +153,13 @@ class Service:
                     if len(self._waiters) >= waiters_max:
                         break
                     self._waiters.setdefault(view["run_id"], []).append((loop, fut))
-                cur = self.reader()
-                try:
-                    latest = queries.run(cur, view["run_id"])
-                finally:
-                    cur.close()
+                latest = self.sm.peek_run(view["run_id"])
+                if latest is None:
+                    cur = self.reader()
+                    try:
+                        latest = queries.run(cur, view["run_id"])
+                    finally:
+                        cur.close()
                 if latest is not None and latest["offset"] > view["offset"]:
                     view = latest
                     continue

@@ -31,3 +31,8 @@ class Telemetry:
         self.is_leader = Gauge("railflow_is_leader", "1 when this node leads", registry=r)
         self.store_backlog = Gauge("railflow_run_store_backlog", "Runs queued for the store",
                                    registry=r)
+
+    def count_decisions(self, runs: list[dict]) -> None:
+        for run in runs:
+            if run["decision"] is not None:
+                self.decisions.labels(run["decision"]).inc()

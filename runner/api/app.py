@@ -1,16 +1,39 @@
-"""Builds the FastAPI application."""
+"""Builds the FastAPI application around one started ``Service``."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from runner import __doc__ as runner_doc
+from runner.api import errors
+from runner.api.routes import events, metrics, ops, review, workflows
+from runner.service import Service
+from runner.settings import Settings
 
 
-def create_app() -> FastAPI:
-    """Return the Railflow HTTP application (OpenAPI at ``/docs``)."""
-    app = FastAPI(title="Railflow", version="0.1.0", description=runner_doc or "")
+def create_app(service: Service | None = None, settings: Settings | None = None, *,
+               manage: bool = True) -> FastAPI:
+    """Return the Railflow HTTP application (OpenAPI at ``/docs``).
 
-    @app.get("/healthz", tags=["ops"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    With no ``service``, one is built from ``settings`` (or the environment). With ``manage``,
+    the application starts the service on startup and stops it on shutdown."""
+    owned = manage
+    svc = service or Service(settings or Settings())
 
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if owned:
+            svc.start()
+        yield
+        if owned:
+            svc.stop()
+
+    app = FastAPI(title="Railflow", version="0.1.0", description=runner_doc or "",
+                  lifespan=lifespan)
+    app.state.service = svc
+    errors.install(app)
+    for module in (events, workflows, metrics, review, ops):
+        app.include_router(module.router)
     return app

@@ -17,6 +17,7 @@ import orjson
 from runner import ids
 from runner.errors import InvariantViolation
 from runner.state import entries, flows, schema, snapshot
+from runner.state.buffer import RowBuffer
 from runner.state.effects import (
     CallApp,
     EnqueueReview,
@@ -56,12 +57,15 @@ class RunnerStateMachine:
         self.con = duckdb.connect(":memory:")
         schema.create(self.con)
         if engine is None:
-            from metrics_engine import Engine
+            from metrics_engine.engine import Engine
 
             engine = Engine(self._dir / "metrics")
         self.engine = engine
         self._active: dict[str, tuple[int, str, Any]] = {}  # wf id -> (version, type, compiled)
         self._applied = -1
+        self._buffer = RowBuffer(self.con)
+        self._seen: dict[str, int] = {}  # every event id -> offset (dedup without a query)
+        self._has_metrics = False
         self._handlers = {
             entries.EVENT_RECEIVED: self._event_received,
             entries.APP_COMPLETED: self._app_completed,
@@ -85,33 +89,59 @@ class RunnerStateMachine:
         if entry.offset <= self._applied:
             raise InvariantViolation(f"offset {entry.offset} applied after {self._applied}")
         handler = self._handlers.get(entry.kind)
-        if handler is None:  # LeaderStarted and other kinds of replog: no state of ours
+        if handler is None:  # replog's kinds other than LeaderStarted: no state of ours
             self._applied = entry.offset
             return []
-        self.con.execute("BEGIN TRANSACTION")
+        hot = entry.kind == entries.EVENT_RECEIVED
+        if not hot:
+            self.flush()  # the handler may query or update any row
+            self.con.execute("BEGIN TRANSACTION")
+        self._tasks_touched = False
         try:
             effects = handler(entry, entries.decode(entry.payload, entry.kind))
-            self.con.execute("COMMIT")
+            if not hot:
+                self.con.execute("COMMIT")
         except (Rejected, ValueError, KeyError) as exc:
-            self.con.execute("ROLLBACK")
+            if not hot:
+                self.con.execute("ROLLBACK")
             field = getattr(exc, "field", "payload")
             status = getattr(exc, "status", 422)
             effects = [Reply(ok=False, error=getattr(exc, "message", str(exc)), field=field,
                              result={"status": status})]
         except BaseException:
-            self.con.execute("ROLLBACK")
+            if not hot:
+                self.con.execute("ROLLBACK")
             raise
         self._applied = entry.offset
+        if not hot or self._tasks_touched:
+            self.flush()  # app tasks join runs: keep them visible together
+        else:
+            self._buffer.maybe_hand_off()
         return effects
 
+    def flush(self) -> None:
+        """Move buffered rows into DuckDB (apply thread only)."""
+        self._buffer.flush()
+
+    def peek_run(self, run_id: str) -> dict | None:
+        """The view of a run applied but not yet flushed (any thread)."""
+        return self._buffer.view(run_id)
+
+    def peek_event(self, event_id: str) -> list[dict] | None:
+        return self._buffer.views_of_event(event_id)
+
     def snapshot(self) -> snapshot.SnapshotWriter:
+        self.flush()
         return snapshot.capture(self.con, self.engine, self._applied)
 
     def restore(self, directory: Path) -> None:
         self._applied = snapshot.restore(self.con, self.engine, Path(directory))
         self._rebuild_active()
+        self._seen = dict(self.con.execute("SELECT event_id, offset_ FROM events_seen").fetchall())
+        self._has_metrics = bool(self._known_metrics())
 
     def digest(self) -> str:
+        self.flush()
         return snapshot.digest(self.con, self.engine)
 
     def reader(self) -> duckdb.DuckDBPyConnection:
@@ -119,6 +149,7 @@ class RunnerStateMachine:
         return self.con.cursor()
 
     def close(self) -> None:
+        self._buffer.close()
         self.con.close()
         close = getattr(self.engine, "close", None)
         if close:
@@ -131,15 +162,16 @@ class RunnerStateMachine:
             raise Rejected("event_id", "must be a non-empty string")
         if not isinstance(data, dict):
             raise Rejected("data", "must be an object")
-        seen = self.con.execute("SELECT offset_ FROM events_seen WHERE event_id = ?",
-                                [event_id]).fetchone()
+        seen = self._seen.get(event_id)
         if seen is not None:  # exactly one run per event and workflow: answer with the same runs
-            runs = [run_view(r, self.con) for r in self.con.execute(
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE event_id = ? ORDER BY run_id",
-                [event_id]).fetchall()]
-            return [Reply(ok=True, runs=runs, result={"duplicate": True, "offset": seen[0]})]
-        self.con.execute("INSERT INTO events_seen VALUES (?, ?, ?, ?)",
-                         [event_id, etype, entry.offset, entry.ts])
+            runs = self.peek_event(event_id)
+            if runs is None:
+                runs = [run_view(r, self.con) for r in self.con.execute(
+                    f"SELECT {RUN_COLUMNS} FROM runs WHERE event_id = ? ORDER BY run_id",
+                    [event_id]).fetchall()]
+            return [Reply(ok=True, runs=runs, result={"duplicate": True, "offset": seen})]
+        self._seen[event_id] = entry.offset
+        self._buffer.current.seen.append((event_id, etype, entry.offset, entry.ts))
         metric_values = self._ingest(etype, data, entry.ts)
         event = {"event_id": event_id, "type": etype, "ts": p.get("ts"), "data": data}
         effects: list[Any] = []
@@ -155,20 +187,18 @@ class RunnerStateMachine:
                 "waiting_for": None,
             }
             effects += self._walk(run, compiled, entry)
-            self._save_run(run, new=True)
+            view = run_view_of(run)
+            self._save_run(run, view)
             effects.append(StoreRun(record_of(run)))
-            views.append(run_view_of(run))
+            views.append(view)
         return [Reply(ok=True, runs=views, result={"duplicate": False, "offset": entry.offset}),
                 *effects]
 
     def _ingest(self, etype: str, data: dict, ts: int) -> dict[str, Any]:
-        if not self._has_metrics():
+        if not self._has_metrics:
             return {}
         values = self.engine.ingest(stream_of(etype), data, ts)
         return {k: values[k] for k in sorted(values)}
-
-    def _has_metrics(self) -> bool:
-        return self.con.execute("SELECT 1 FROM metric_defs LIMIT 1").fetchone() is not None
 
     # ----------------------------------------------------------------- the walk
     def _walk(self, run: dict, compiled: Any, entry: Any) -> list[Any]:
@@ -198,8 +228,8 @@ class RunnerStateMachine:
             node = run["node_id"] = result.next_node_id
             if result.decision is not None:
                 run["state"], run["decision"] = "decided", result.decision.action
-                self.con.execute("INSERT OR REPLACE INTO decisions VALUES (?, ?, ?, ?)",
-                                 [run["run_id"], result.decision.action, entry.ts, entry.offset])
+                self._buffer.current.decisions[run["run_id"]] = (
+                    run["run_id"], result.decision.action, entry.ts, entry.offset)
                 return effects
         raise InvariantViolation(f"run {run['run_id']} exceeded {steps_per_run_max} steps")
 
@@ -208,11 +238,12 @@ class RunnerStateMachine:
         step = result.to_dict()
         step["seq"], step["ts"] = seq, ts
         run["path"].append(step)
-        self.con.execute("INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                         [run["run_id"], seq, result.node_id, result.node_kind, result.edge_id,
-                          result.next_node_id, orjson.dumps(step).decode(), ts])
+        self._buffer.current.steps.append((run["run_id"], seq, result.node_id, result.node_kind,
+                                   result.edge_id, result.next_node_id,
+                                   orjson.dumps(step).decode(), ts))
 
     def _open_task(self, run: dict, node: str, info: Any, entry: Any) -> Any:
+        self._tasks_touched = True
         deadline = entry.ts + info.timeout_ms
         kind = "review" if info.kind == "review_queue" else "app"
         self.con.execute(
@@ -229,6 +260,7 @@ class RunnerStateMachine:
                         "metrics": run["metrics"], "scores": run["scores"]})
 
     def _webhook(self, run: dict, node: str, info: Any, entry: Any) -> SendWebhook:
+        self._tasks_touched = True
         effect_id = f"wh.{run['run_id']}.{node}"
         payload = {"run_id": run["run_id"], "node_id": node, "event": run["event"],
                    "workflow_id": run["workflow_id"], "version": run["version"],
@@ -269,8 +301,9 @@ class RunnerStateMachine:
         run["state"], run["updated_ts"], run["offset"] = "running", entry.ts, entry.offset
         run["waiting_for"] = None
         effects = self._walk(run, compiled, entry)
-        self._save_run(run, new=False)
-        out: list[Any] = [RunChanged(run_view_of(run))]
+        view = run_view_of(run)
+        self._save_run(run, view)
+        out: list[Any] = [RunChanged(view)]
         if run["state"] == "decided":
             out.append(StoreRun(record_of(run)))
         return out + effects
@@ -390,6 +423,7 @@ class RunnerStateMachine:
         for name in names:
             self.con.execute("INSERT OR REPLACE INTO metric_defs VALUES (?, ?, ?)",
                              [name, text, entry.ts])
+        self._has_metrics = True
         return [Reply(ok=True, result={"names": list(names)})]
 
     def _metric_dropped(self, entry: Any, p: dict) -> list[Any]:
@@ -402,6 +436,7 @@ class RunnerStateMachine:
             raise Rejected("name", f"metric {name} is used by workflows {users}", 409)
         self.engine.drop(name)
         self.con.execute("DELETE FROM metric_defs WHERE name = ?", [name])
+        self._has_metrics = bool(self._known_metrics())
         return [Reply(ok=True, result={"dropped": name})]
 
     # ----------------------------------------------------------------- rows
@@ -424,15 +459,14 @@ class RunnerStateMachine:
             self._active[wf_id] = (version, etype, flows.compile(orjson.loads(definition),
                                                                  version, None))
 
-    def _save_run(self, run: dict, new: bool) -> None:
-        self.con.execute(
-            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [run["run_id"], run["event_id"], run["event_type"], run["workflow_id"],
+    def _save_run(self, run: dict, view: dict) -> None:
+        self._buffer.put_run(
+            (run["run_id"], run["event_id"], run["event_type"], run["workflow_id"],
              run["version"], run["state"], run["node_id"], run["decision"], run["started_ts"],
              run["updated_ts"], run["offset"], run["stored_offset"],
              orjson.dumps(run["event"]).decode(), orjson.dumps(run["metrics"]).decode(),
              orjson.dumps(run["scores"]).decode(), orjson.dumps(run["apps"]).decode(),
-             run["waiting_for"]])
+             run["waiting_for"]), view)
 
     def _load_run(self, run_id: str) -> dict:
         row = self.con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?",

@@ -102,6 +102,7 @@ def test_duplicate_event_returns_the_same_runs_and_starts_none(machine):
     again = log.apply(entries.EVENT_RECEIVED, order("o-1", amount=5))
     assert reply(again).runs == first.runs and reply(again).result["duplicate"]
     assert not [e for e in again if isinstance(e, StoreRun)]
+    machine.flush()
     assert machine.con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
 
 

@@ -1,0 +1,1 @@
+"""Route modules, one per area of the API; each handler calls one ``runner.operations`` function."""

@@ -1,0 +1,223 @@
+"""What each API call does, as async functions over a ``Service`` (route handlers stay thin).
+
+Every change goes through ``service.submit`` (the log); reads use reader cursors on this node
+(a follower may lag its leader by a few milliseconds) and fall back to the run store.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import workflows
+
+from runner.errors import NotFound, RequestInvalid
+from runner.runstore.base import RunRecord
+from runner.service import Service
+from runner.state import entries, queries
+from runner.state.machine import explain
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def _apply(svc: Service, kind: str, payload: dict) -> Any:
+    applied = await svc.submit(kind, payload)
+    reply = svc.reply_of(applied)
+    if not reply.ok:
+        status = (reply.result or {}).get("status", 422)
+        if status == 404:
+            raise NotFound(reply.field or "payload", reply.error or "not found")
+        raise RequestInvalid(reply.field or "payload", reply.error or "rejected", status)
+    return applied, reply
+
+
+def _read(svc: Service, fn, *args):
+    cur = svc.reader()
+    try:
+        return fn(cur, *args)
+    finally:
+        cur.close()
+
+
+# ---------------------------------------------------------------- events and runs
+async def receive_event(svc: Service, event: dict, deadline_ms: int | None) -> dict:
+    s = svc.settings
+    deadline_ms = min(deadline_ms or s.request_deadline_ms_default, s.request_deadline_ms_max)
+    deadline_at = _now_ms() + deadline_ms
+    _, reply = await _apply(svc, entries.EVENT_RECEIVED, event)
+    runs = await svc.wait_runs(reply.runs, deadline_at)
+    svc.telemetry.count_decisions(runs)
+    return {"event_id": event["event_id"], "offset": reply.result["offset"],
+            "duplicate": reply.result["duplicate"], "runs": runs}
+
+
+def get_run(svc: Service, run_id: str) -> dict:
+    run = svc.sm.peek_run(run_id) or _read(svc, queries.run, run_id)
+    if run is not None:
+        return run
+    stored = svc.run_store.get(run_id)
+    if stored is None:
+        raise NotFound("run_id", f"no run {run_id}")
+    return view_of_record(stored)
+
+
+def event_runs(svc: Service, event_id: str) -> list[dict]:
+    runs = svc.sm.peek_event(event_id)
+    if runs is None:
+        runs = _read(svc, queries.runs_for_event, event_id)
+    if runs is None:
+        raise NotFound("event_id", f"no event {event_id}")
+    return runs
+
+
+def lookup_runs(svc: Service, kind: str, value: str, limit: int) -> list[dict]:
+    try:
+        return [view_of_record(r) for r in svc.run_store.lookup(kind, value, limit)]
+    except ValueError as exc:
+        raise RequestInvalid(kind, str(exc)) from None
+
+
+def view_of_record(r: RunRecord) -> dict:
+    return {"run_id": r.run_id, "event_id": r.event_id, "workflow_id": r.workflow_id,
+            "workflow_version": r.workflow_version, "state": r.state, "decision": r.decision,
+            "node_id": r.path[-1]["next_node_id"] if r.path else "", "waiting_for": None,
+            "path": r.path, "explanation": explain(r.path), "metrics": r.metrics,
+            "scores": {}, "apps": {}, "offset": r.offset, "started_ts": r.started_ts,
+            "updated_ts": r.updated_ts}
+
+
+async def app_completed(svc: Service, run_id: str, node_id: str, result: dict) -> dict:
+    task = _read(svc, queries.app_task, run_id, node_id)
+    if task is None:
+        raise NotFound("node_id", f"run {run_id} has no app task at node {node_id}")
+    _, reply = await _apply(svc, entries.APP_COMPLETED,
+                            {"run_id": run_id, "node_id": node_id, "result": result})
+    return reply.runs[0]
+
+
+# ---------------------------------------------------------------- workflows
+def _parse_workflow(definition: dict) -> workflows.Workflow:
+    try:
+        return workflows.Workflow.model_validate(definition)
+    except Exception as exc:  # noqa: BLE001 - pydantic's error names the field
+        raise RequestInvalid("definition", " ".join(str(exc).split())) from None
+
+
+async def save_draft(svc: Service, workflow_id: str, definition: dict, user: str,
+                     create: bool) -> dict:
+    if definition.get("id") != workflow_id:
+        raise RequestInvalid("id", f"must equal the workflow id in the path ({workflow_id})")
+    exists = any(w["workflow_id"] == workflow_id for w in _read(svc, queries.workflows))
+    if create and exists:
+        raise RequestInvalid("id", f"workflow {workflow_id} exists; edit its draft", 409)
+    if not create and not exists:
+        raise NotFound("workflow_id", f"no workflow {workflow_id}")
+    _, reply = await _apply(svc, entries.WORKFLOW_DRAFT_SAVED,
+                            {"workflow_id": workflow_id, "definition": definition, "by": user})
+    return {"workflow_id": workflow_id, "definition": definition,
+            "problems": reply.result["problems"]}
+
+
+def get_draft(svc: Service, workflow_id: str) -> dict:
+    draft = _read(svc, queries.draft, workflow_id)
+    if draft is None:
+        raise NotFound("workflow_id", f"workflow {workflow_id} has no draft")
+    known = [m["name"] for m in _read(svc, queries.metrics)]
+    wf = _parse_workflow(draft["definition"])
+    problems = [str(p) for p in workflows.validate(wf, known_metrics=known)]
+    return {"workflow_id": workflow_id, "definition": draft["definition"], "problems": problems}
+
+
+def validate(svc: Service, definition: dict) -> dict:
+    known = [m["name"] for m in _read(svc, queries.metrics)]
+    wf = _parse_workflow(definition)
+    problems = [str(p) for p in workflows.validate(wf, known_metrics=known)]
+    return {"valid": not problems, "problems": problems}
+
+
+async def publish(svc: Service, workflow_id: str, user: str) -> dict:
+    _, reply = await _apply(svc, entries.WORKFLOW_PUBLISHED,
+                            {"workflow_id": workflow_id, "by": user})
+    return reply.result
+
+
+async def rollback(svc: Service, workflow_id: str, version: int, user: str) -> dict:
+    _, reply = await _apply(svc, entries.WORKFLOW_ROLLED_BACK,
+                            {"workflow_id": workflow_id, "version": version, "by": user})
+    return reply.result
+
+
+def versions(svc: Service, workflow_id: str) -> list[dict]:
+    out = _read(svc, queries.versions, workflow_id)
+    if not out:
+        raise NotFound("workflow_id", f"workflow {workflow_id} has no published version")
+    return out
+
+
+def version(svc: Service, workflow_id: str, number: int) -> dict:
+    definition = _read(svc, queries.version_definition, workflow_id, number)
+    if definition is None:
+        raise NotFound("version", f"workflow {workflow_id} has no version {number}")
+    return definition
+
+
+def diff(svc: Service, workflow_id: str, a: int, b: int | None) -> dict:
+    """Version ``a`` against version ``b`` (the draft when ``b`` is None)."""
+    before = workflows.Workflow.model_validate(version(svc, workflow_id, a))
+    if b is None:
+        after = _parse_workflow(get_draft(svc, workflow_id)["definition"])
+    else:
+        after = workflows.Workflow.model_validate(version(svc, workflow_id, b))
+    return workflows.diff(before, after).model_dump(mode="json")
+
+
+# ---------------------------------------------------------------- metrics
+async def define_metric(svc: Service, text: str) -> dict:
+    _, reply = await _apply(svc, entries.METRIC_DEFINED, {"text": text})
+    return reply.result
+
+
+async def drop_metric(svc: Service, name: str) -> dict:
+    _, reply = await _apply(svc, entries.METRIC_DROPPED, {"name": name})
+    return reply.result
+
+
+# ---------------------------------------------------------------- review queue
+def review_tasks(svc: Service, queue: str | None, status: str, limit: int) -> list[dict]:
+    return _read(svc, queries.review_tasks, queue, status, limit)
+
+
+async def claim(svc: Service, run_id: str, node_id: str, user: str) -> dict:
+    _review_task(svc, run_id, node_id)
+    _, reply = await _apply(svc, entries.REVIEW_CLAIMED,
+                            {"run_id": run_id, "node_id": node_id, "user": user})
+    return reply.result
+
+
+async def decide(svc: Service, run_id: str, node_id: str, user: str, outcome: str,
+                 override: bool) -> dict:
+    task = _review_task(svc, run_id, node_id)
+    if task["status"] != "pending":
+        raise RequestInvalid("run_id", f"the review task is {task['status']}", 409)
+    if task["claimed_by"] not in (None, user) and not override:
+        raise RequestInvalid("run_id", f"claimed by {task['claimed_by']}", 409)
+    run = get_run(svc, run_id)
+    definition = version(svc, run["workflow_id"], run["workflow_version"])
+    node = next(n for n in definition["nodes"] if n["id"] == node_id)
+    if outcome not in node.get("outcomes", []):
+        raise RequestInvalid("outcome", f"must be one of {node.get('outcomes')}")
+    return await app_completed(svc, run_id, node_id, {"outcome": outcome, "reviewer": user})
+
+
+def _review_task(svc: Service, run_id: str, node_id: str) -> dict:
+    task = _read(svc, queries.review_task, run_id, node_id)
+    if task is None or task["kind"] != "review":
+        raise NotFound("run_id", f"no review task for run {run_id} at node {node_id}")
+    return task
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value)
