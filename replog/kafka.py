@@ -95,8 +95,16 @@ class KafkaLogReader:
         self._consumer.assign([TopicPartition(topic, PARTITION, start_offset)])
 
     def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:
+        # consume(n, timeout) waits until n messages or the timeout: wait for the first one
+        # only, then take what is already fetched without waiting.
+        first = self._consumer.poll(timeout_s)
+        if first is None:
+            return []
+        msgs = [first]
+        if records_max > 1:
+            msgs += self._consumer.consume(records_max - 1, 0)
         out = []
-        for msg in self._consumer.consume(records_max, timeout_s):
+        for msg in msgs:
             err = msg.error()
             if err is not None:
                 if err.retriable() or err.code() == KafkaError._PARTITION_EOF:

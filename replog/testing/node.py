@@ -25,6 +25,7 @@ import httpx
 
 from replog import Applied, Entry, Node, ReplogError
 from replog import errors as replog_errors
+from replog.testing.dictkv import DictKV
 from replog.testing.kv import DuckKV
 
 forward_timeout_margin_s = 0.5
@@ -58,13 +59,25 @@ class HttpForwarder:
 class Replica:
     """The node plus what the fault tests read back: applied entries and digests."""
 
-    def __init__(self, node_factory, digest_every: int):
-        self.sm = DuckKV()
-        self.reader = self.sm.con.cursor()  # reads run beside the loop thread
+    def __init__(self, node_factory, digest_every: int, machine: str = "duckdb"):
+        self.sm: DuckKV | DictKV = DuckKV() if machine == "duckdb" else DictKV()
+        self._lock = threading.Lock()
+        self._cursor = self.sm.con.cursor() if isinstance(self.sm, DuckKV) else None
         self.applied: list[tuple[int, int, int]] = []
         self.digests: dict[int, str] = {}
         self.digest_every = digest_every
         self.node: Node = node_factory(self.sm, self._on_effects)
+
+    def rows(self, key: str | None = None) -> list[tuple[str, int]]:
+        """The table, or one key's row; reads run beside the loop thread."""
+        if self._cursor is None:
+            data = dict(self.sm.data)  # type: ignore[union-attr]
+            items = sorted(data.items()) if key is None else [(key, data[key])] if key in data else []
+            return items
+        with self._lock:
+            if key is None:
+                return self._cursor.execute("SELECT k, v FROM kv ORDER BY k").fetchall()
+            return self._cursor.execute("SELECT k, v FROM kv WHERE k = ?", [key]).fetchall()
 
     def _on_effects(self, entry: Entry, effects: list[Any]) -> None:
         self.applied.append((entry.offset, entry.writer_id, entry.seq))
@@ -74,7 +87,6 @@ class Replica:
 
 def make_handler(rep: Replica):
     node = rep.node
-    lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -121,9 +133,8 @@ def make_handler(rep: Replica):
                                  "failure": repr(node.failure) if node.failure else None})
             elif url.path == "/read":
                 ok = node.wait_applied(int(q.get("min_offset", -1)), float(q.get("timeout_s", 2)))
-                with lock:
-                    row = rep.reader.execute("SELECT v FROM kv WHERE k = ?", [q["key"]]).fetchone()
-                self._send(200 if ok else 504, {"value": None if row is None else row[0],
+                rows = rep.rows(q["key"])
+                self._send(200 if ok else 504, {"value": rows[0][1] if rows else None,
                                                 "applied_offset": node.applied_offset,
                                                 "writer_id": node.writer_id})
             elif url.path == "/applied":
@@ -131,9 +142,7 @@ def make_handler(rep: Replica):
             elif url.path == "/digests":
                 self._send(200, {str(k): v for k, v in list(rep.digests.items())})
             elif url.path == "/dump":
-                with lock:
-                    rows = rep.reader.execute("SELECT k, v FROM kv ORDER BY k").fetchall()
-                self._send(200, {"applied_offset": node.applied_offset, "rows": rows})
+                self._send(200, {"applied_offset": node.applied_offset, "rows": rep.rows()})
             else:
                 self._send(404, {"error": "not found"})
 
@@ -154,6 +163,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--kafka", default=endpoints.KAFKA_BOOTSTRAP)
     p.add_argument("--session-timeout-s", type=float, default=4.0)
     p.add_argument("--digest-every", type=int, default=50)
+    p.add_argument("--machine", choices=("duckdb", "dict"), default="duckdb")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format=f"{a.node_id} %(levelname)s %(message)s")
     url = f"http://127.0.0.1:{a.port}"
@@ -163,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
                     node_id=a.node_id, advertise_url=url, forwarder=HttpForwarder(),
                     on_effects=on_effects)
 
-    rep = Replica(factory, a.digest_every)
+    rep = Replica(factory, a.digest_every, a.machine)
     server = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(rep))
     server.daemon_threads = True
     rep.node.start()
