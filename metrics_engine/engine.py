@@ -1,0 +1,293 @@
+"""``Engine``: the embedded metrics engine over a data directory.
+
+Layout of ``data_dir``: ``engine.json`` (metrics, windows' start positions, cursor positions,
+``clean`` flag), ``state/`` (RocksDB), ``reservoir/<stream>/seg-*.rfs`` (closed chunks) and, after
+a clean close or in a snapshot, ``reservoir/<stream>/open.json`` (the open chunk). A snapshot
+directory has exactly this layout, so ``restore`` copies it in and reopens.
+
+After a crash (``clean`` false), the engine keeps the metric definitions, reopens every intact
+chunk, rebuilds the aggregation state by replaying the retained events and reports
+``durable_positions()``: the caller re-feeds each stream's events from that position on.
+
+The caller must call ``ingest`` from one thread, in log order. Determinism: values depend only
+on the definitions and the sequence of ``(stream, event, ts)``; asynchronous chunk writes,
+cache evictions, chunk layout and crashes do not change them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from metrics_engine.errors import InvariantViolation
+from metrics_engine.language import parse
+from metrics_engine.plan import Plan
+from metrics_engine.reservoir import (CHUNK_BYTES_TARGET, SEGMENT_BYTES_MAX, StreamReservoir,
+                                      Writer)
+from metrics_engine.state import CACHE_ENTRIES_MAX, StateStore
+
+FORMAT_VERSION = 1
+STREAM_NAME_CHARS_MAX = 100
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    name: str
+    text: str
+    stream: str
+
+
+def _stream_dir(stream: str) -> str:
+    if re.fullmatch(r"[A-Za-z0-9_\-]{1,%d}" % STREAM_NAME_CHARS_MAX, stream):
+        return stream
+    return "x" + stream.encode().hex()[:2 * STREAM_NAME_CHARS_MAX]
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Engine:
+    """Exact sliding-window metrics over an on-disk reservoir.
+
+    >>> import tempfile
+    >>> e = Engine(tempfile.mkdtemp())
+    >>> e.define("SELECT SUM(amount) AS s5, COUNT(*) AS n5 FROM payments GROUP BY card RANGE 5 MINUTES")
+    ['s5', 'n5']
+    >>> e.ingest("payments", {"card": "c1", "amount": 700}, 0)
+    {'s5': 700, 'n5': 1}
+    >>> e.ingest("payments", {"card": "c1", "amount": 300}, 240_000)
+    {'s5': 1000, 'n5': 2}
+    >>> e.ingest("payments", {"card": "c1", "amount": 50}, 300_000)  # the first one left
+    {'s5': 350, 'n5': 2}
+    >>> e.query("n5", "c1", 600_000)
+    0
+    >>> e.close()
+    """
+
+    def __init__(self, data_dir: str | Path, *, chunk_bytes_target: int = CHUNK_BYTES_TARGET,
+                 segment_bytes_max: int = SEGMENT_BYTES_MAX,
+                 cache_entries_max: int = CACHE_ENTRIES_MAX, fsync: bool = True):
+        self.data_dir = Path(data_dir)
+        self._opts = dict(chunk_bytes_target=chunk_bytes_target,
+                          segment_bytes_max=segment_bytes_max)
+        self._cache_entries_max = cache_entries_max
+        self._fsync = fsync
+        self._closed = True
+        self._open()
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def _open(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        meta_path = self.data_dir / "engine.json"
+        meta = orjson.loads(meta_path.read_bytes()) if meta_path.exists() else None
+        if meta is not None and meta.get("version") != FORMAT_VERSION:
+            raise InvariantViolation(f"unknown engine format {meta.get('version')}")
+        clean = meta is None or meta.get("clean", False)
+        if not clean:
+            shutil.rmtree(self.data_dir / "state", ignore_errors=True)
+        self._writer = Writer(fsync=self._fsync)
+        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
+        self._store = StateStore(self.data_dir / "state", self._cache_entries_max)
+        streams_meta = (meta or {}).get("streams", {})
+
+        def make_reservoir(stream: str) -> StreamReservoir:
+            sdir = self.data_dir / "reservoir" / _stream_dir(stream)
+            sm = streams_meta.get(stream, {})
+            open_chunk = None
+            open_path = sdir / "open.json"
+            if clean and open_path.exists():
+                oc = orjson.loads(open_path.read_bytes())
+                open_chunk = {"first_pos": oc["first_pos"], "events": oc["events"].encode()}
+            if open_path.exists():
+                open_path.unlink()  # from now on the open chunk lives in memory only
+            return StreamReservoir.open(sdir, self._writer, self._prefetcher,
+                                        open_chunk=open_chunk,
+                                        first_pos=sm.get("durable_pos", 0), **self._opts)
+
+        self._plan = Plan(self._store, make_reservoir)
+        self._closed = False
+        if meta is not None:
+            self._load_plan(meta, clean)
+        self._save_meta(clean=False)
+
+    def _load_plan(self, meta: dict, clean: bool) -> None:
+        from metrics_engine.plan import StreamPlan
+
+        plan = self._plan
+        for m in meta["metrics"]:
+            d = next(x for x in parse(m["text"]) if x.name == m["name"])
+            if d.stream not in plan.streams:
+                plan.streams[d.stream] = StreamPlan(d.stream, plan.make_reservoir(d.stream))
+            first = plan.streams[d.stream].res.first_pos()
+            plan.add(d, recovery=(m["window_start"], first))
+        for stream, sp in plan.streams.items():
+            sm = meta["streams"].get(stream, {})
+            if clean:
+                for spec_text, pos in sm.get("cursors", []):
+                    sp.cursors[tuple(orjson.loads(spec_text))].seek(pos)
+            else:
+                plan.replay(stream, sp.res.first_pos(), sp.res.next_pos)
+
+    def _save_meta(self, *, clean: bool, dest: Path | None = None) -> None:
+        metrics = [{"name": m.d.name, "text": m.d.text, "window_start": m.window.start_pos}
+                   for m in self._plan.metrics.values()]
+        streams = {}
+        for name, sp in self._plan.streams.items():
+            streams[name] = {
+                "dir": _stream_dir(name),
+                "durable_pos": sp.res.durable_pos,
+                "next_pos": sp.res.next_pos,
+                "cursors": [[orjson.dumps(list(c.spec)).decode(), c.pos]
+                            for c in sp.cursors.values()],
+            }
+        data = orjson.dumps({"version": FORMAT_VERSION, "clean": clean, "metrics": metrics,
+                             "streams": streams}, option=orjson.OPT_INDENT_2)
+        _write_atomic((dest or self.data_dir) / "engine.json", data)
+
+    def _write_open_chunks(self, dest: Path) -> None:
+        for name, sp in self._plan.streams.items():
+            oc = sp.res.open_chunk_state()
+            sdir = dest / "reservoir" / _stream_dir(name)
+            sdir.mkdir(parents=True, exist_ok=True)
+            _write_atomic(sdir / "open.json", orjson.dumps(
+                {"first_pos": oc["first_pos"], "events": oc["events"].decode()}))
+
+    def close(self) -> None:
+        """Write everything down and stop; a later ``Engine(data_dir)`` resumes exactly."""
+        if self._closed:
+            return
+        self._writer.barrier(roll=True)
+        self._write_open_chunks(self.data_dir)
+        self._store.close()
+        self._save_meta(clean=True)
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        self._writer.stop()
+        self._prefetcher.shutdown(wait=True)
+        self._store.close()
+        self._closed = True
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- metrics -------------------------------------------------------------------------
+    def define(self, text: str) -> list[str]:
+        """Add the metrics of one definition; returns their names. Raises MetricSyntaxError.
+
+        Re-defining a metric with the same name and the same meaning is a no-op."""
+        defs = parse(text)
+        for d in defs:
+            old = self._plan.metrics.get(d.name)
+            if old is not None and old.d != d:
+                raise ValueError(f"metric {d.name!r} already exists with another definition")
+        for d in defs:
+            if d.name not in self._plan.metrics:
+                self._plan.add(d)
+        self._save_meta(clean=False)
+        return [d.name for d in defs]
+
+    def drop(self, name: str) -> None:
+        if name not in self._plan.metrics:
+            raise KeyError(f"no metric named {name!r}")
+        self._plan.remove(name)
+        self._save_meta(clean=False)
+
+    def metrics(self) -> list[MetricInfo]:
+        return [MetricInfo(m.d.name, m.d.text, m.d.stream) for m in self._plan.metrics.values()]
+
+    def explain(self) -> str:
+        return self._plan.explain()
+
+    # -- events --------------------------------------------------------------------------
+    def ingest(self, stream: str, event: Mapping[str, Any], ts_ms: int) -> dict[str, Any]:
+        """Feed one event; returns the value of every metric of ``stream`` for it.
+
+        ``ts_ms`` older than the stream's last one is clamped to it: time never goes back, so
+        windows only move forward and every replica computes the same values."""
+        if type(ts_ms) is not int:
+            ts_ms = int(ts_ms)
+        return self._plan.ingest(stream, event, ts_ms)
+
+    def query(self, name: str, key: Any, ts_ms: int) -> Any:
+        """The value of metric ``name`` for group ``key`` at ``ts_ms``, without an event.
+        Read-only; ``ts_ms`` before the last event is clamped to it."""
+        return self._plan.query(name, key, int(ts_ms))
+
+    def durable_positions(self) -> dict[str, int]:
+        """Per stream, how many events are safely on disk (re-feed from there after a crash)."""
+        return {name: sp.res.durable_pos for name, sp in self._plan.streams.items()}
+
+    def positions(self) -> dict[str, int]:
+        """Per stream, how many events were ingested."""
+        return {name: sp.res.next_pos for name, sp in self._plan.streams.items()}
+
+    def sync(self) -> None:
+        """Wait until every closed chunk is on disk."""
+        self._writer.barrier()
+
+    # -- snapshots -----------------------------------------------------------------------
+    def snapshot(self, directory: str | Path) -> None:
+        """Write the whole engine into ``directory`` (must not exist or be empty)."""
+        dest = Path(directory)
+        dest.mkdir(parents=True, exist_ok=True)
+        if any(dest.iterdir()):
+            raise ValueError(f"snapshot directory {dest} is not empty")
+        self._writer.barrier(roll=True)
+        for name, sp in self._plan.streams.items():
+            sp.res.copy_segments(dest / "reservoir" / _stream_dir(name))
+        self._write_open_chunks(dest)
+        self._store.checkpoint(dest / "state")
+        self._save_meta(clean=True, dest=dest)
+
+    def restore(self, directory: str | Path) -> None:
+        """Replace the whole engine with a snapshot taken by ``snapshot``."""
+        src = Path(directory)
+        if not (src / "engine.json").exists():
+            raise ValueError(f"{src} holds no engine snapshot")
+        if not self._closed:
+            self._shutdown()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+        shutil.copytree(src, self.data_dir)
+        self._open()
+
+    def digest(self) -> str:
+        """A stable hash of the logical state (definitions, positions, aggregation states)."""
+        h = hashlib.blake2b(digest_size=16)
+        for m in sorted(self._plan.metrics.values(), key=lambda m: m.d.name):
+            h.update(f"M{m.d.text}|{m.window.start_pos}\n".encode())
+        active: dict[str, set] = {}
+        for name in sorted(self._plan.streams):
+            sp = self._plan.streams[name]
+            h.update(f"S{name}|{sp.res.next_pos}|{sp.res.last_ts}\n".encode())
+            for spec in sorted(sp.cursors, key=repr):
+                h.update(f"C{spec!r}|{sp.cursors[spec].pos}\n".encode())
+            for w in sp.windows.values():
+                for f in w.filters:
+                    for g in f.groups:
+                        active[g.gid] = {s.sid for s in g.states}
+        self._store.flush()
+        for gid, key, bundle in self._store.items():
+            sids = active.get(gid, set())
+            canon = [(sid, bundle[sid].canon()) for sid in sorted(bundle) if sid in sids]
+            if canon:
+                h.update(f"B{gid}|{key!r}|{canon!r}\n".encode())
+        return h.hexdigest()

@@ -1,0 +1,26 @@
+"""Errors of the metrics engine.
+
+``MetricSyntaxError`` is raised by ``define`` for a bad definition and says where and what was
+expected. ``InvariantViolation`` means a bug: it stays on in production, unlike ``assert``.
+"""
+
+from __future__ import annotations
+
+
+class InvariantViolation(RuntimeError):
+    """An internal invariant does not hold (a bug, never a user error)."""
+
+
+class MetricSyntaxError(ValueError):
+    """A metric definition that does not parse or does not make sense.
+
+    ``line`` and ``column`` are 1-based; ``expected`` lists what the parser would have accepted
+    at that point (empty for semantic errors such as an unknown function).
+    """
+
+    def __init__(self, message: str, *, line: int, column: int, expected: list[str] | None = None):
+        self.line = line
+        self.column = column
+        self.expected = sorted(expected or [])
+        detail = f" (expected one of: {', '.join(self.expected)})" if self.expected else ""
+        super().__init__(f"line {line}, column {column}: {message}{detail}")

@@ -1,0 +1,352 @@
+"""The event reservoir: per stream, events in chunks; closed chunks compressed on disk.
+
+Events go into an open in-memory chunk. When its serialized size reaches
+``chunk_bytes_target`` the chunk closes, becomes immutable, and a background writer compresses
+it (zstd) and appends it to the stream's current segment file (which rolls at
+``segment_bytes_max``), then fsyncs. Until then the closed chunk stays in memory, so readers
+never wait for the disk and asynchronous writes never change what they read.
+
+Readers (``Cursor`` in plan.py) walk chunks in order by number and ask for the next chunk to be
+prefetched by a background thread before they need it. ``trim(floor)`` forgets chunks that end
+at or before ``floor`` (the oldest position any window still needs) and deletes segment files
+made only of such chunks.
+
+After a crash, ``StreamReservoir.open`` reads back every intact chunk, truncates a torn tail and
+reports ``durable_pos``: the caller re-feeds the events from there on.
+
+On-disk record: header ``<4sQIII`` (magic, first position, event count, payload bytes,
+crc32 of the payload), then the zstd-compressed JSON array ``[[ts, event], ...]``.
+The caller must pass JSON-like events (str, int, float, bool, None, lists, dicts with str keys);
+tuples come back as lists.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import queue
+import shutil
+import struct
+import threading
+import zlib
+from collections import OrderedDict
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import orjson
+import zstandard
+
+from metrics_engine.errors import InvariantViolation
+
+CHUNK_BYTES_TARGET = 64 * 1024
+SEGMENT_BYTES_MAX = 64 * 1024 * 1024
+PENDING_CHUNKS_MAX = 256  # closed chunks waiting for the writer before ingest blocks
+DECODED_CHUNKS_MAX = 64  # decoded chunks kept for readers that share a chunk
+ZSTD_LEVEL = 3
+
+HEADER = struct.Struct("<4sQIII")
+MAGIC = b"RFC1"
+
+
+class ChunkMeta:
+    """Where a closed chunk lives. ``segment``/``offset`` are set once it is durable."""
+
+    __slots__ = ("first_pos", "count", "segment", "offset", "length")
+
+    def __init__(self, first_pos: int, count: int, segment: int = -1, offset: int = -1,
+                 length: int = -1):
+        self.first_pos = first_pos
+        self.count = count
+        self.segment = segment
+        self.offset = offset
+        self.length = length
+
+    @property
+    def end_pos(self) -> int:
+        return self.first_pos + self.count
+
+
+def _segment_path(directory: Path, segment: int) -> Path:
+    return directory / f"seg-{segment:010d}.rfs"
+
+
+class Writer:
+    """One background thread that compresses, appends and fsyncs closed chunks, in order."""
+
+    def __init__(self, *, fsync: bool = True):
+        self.fsync = fsync
+        self.queue: queue.Queue = queue.Queue(maxsize=PENDING_CHUNKS_MAX)
+        self.error: BaseException | None = None
+        self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+        self._thread = threading.Thread(target=self._run, name="reservoir-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, item: tuple) -> None:
+        if self.error is not None:
+            raise InvariantViolation(f"reservoir writer failed: {self.error!r}")
+        self.queue.put(item)
+
+    def barrier(self, roll: bool = False) -> None:
+        """Wait until everything submitted so far is durable; ``roll`` closes open segments."""
+        done = threading.Event()
+        self.submit(("barrier", roll, done))
+        done.wait()
+        if self.error is not None:
+            raise InvariantViolation(f"reservoir writer failed: {self.error!r}")
+
+    def stop(self) -> None:
+        self.queue.put(("stop",))
+        self._thread.join()
+
+    def _run(self) -> None:
+        rolled: set = set()
+        while True:
+            item = self.queue.get()
+            try:
+                if item[0] == "stop":
+                    for res in list(rolled):
+                        res._close_segment()
+                    return
+                if item[0] == "chunk":
+                    _, res, k, meta, payload = item
+                    res._write_chunk(k, meta, self._compressor.compress(payload), self.fsync)
+                    rolled.add(res)
+                elif item[0] == "trim":
+                    item[1]._delete_segments(item[2])
+                elif item[0] == "barrier":
+                    if item[1]:
+                        for res in rolled:
+                            res._close_segment()
+                    item[2].set()
+            except BaseException as e:  # surfaced to the ingesting thread on its next submit
+                self.error = e
+                if item[0] == "barrier":
+                    item[2].set()
+
+
+class StreamReservoir:
+    """The chunks of one stream. Memory-only when ``directory`` is None (offline use)."""
+
+    def __init__(self, directory: Path | None, writer: Writer | None,
+                 prefetcher: ThreadPoolExecutor | None, *, first_pos: int = 0,
+                 chunk_bytes_target: int = CHUNK_BYTES_TARGET,
+                 segment_bytes_max: int = SEGMENT_BYTES_MAX):
+        self.directory = directory
+        self.writer = writer
+        self.prefetcher = prefetcher
+        self.chunk_bytes_target = chunk_bytes_target
+        self.segment_bytes_max = segment_bytes_max
+        self.chunks: list[ChunkMeta] = []  # closed chunks still retained; number = base + index
+        self.chunk_base = 0
+        self.pending: dict[int, list] = {}  # closed chunks not yet durable (or memory mode)
+        self.decoded: OrderedDict[int, list] = OrderedDict()
+        self.fetching: dict[int, Future] = {}
+        self.open_first_pos = first_pos
+        self.open_events: list = []
+        self.open_blobs: list[bytes] = []
+        self.open_bytes = 0
+        self.next_pos = first_pos
+        self.durable_pos = first_pos
+        self.last_ts: int | None = None
+        # Writer-thread side: the segment being appended to.
+        self._seg_id = 0
+        self._seg_file = None
+        self._seg_size = 0
+        self._seg_end: dict[int, int] = {}  # segment -> end position of its last chunk
+
+    # -- writing (ingest thread) ---------------------------------------------------------
+    @property
+    def open_no(self) -> int:
+        return self.chunk_base + len(self.chunks)
+
+    def append(self, ts: int, event: Mapping[str, Any]) -> int:
+        """Append one event; returns its position."""
+        blob = orjson.dumps([ts, event])
+        self.open_events.append((ts, event))
+        self.open_blobs.append(blob)
+        self.open_bytes += len(blob) + 1
+        pos = self.next_pos
+        self.next_pos = pos + 1
+        self.last_ts = ts
+        if self.open_bytes >= self.chunk_bytes_target:
+            self.close_open()
+        return pos
+
+    def close_open(self) -> None:
+        if not self.open_events:
+            return
+        k = self.open_no
+        meta = ChunkMeta(self.open_first_pos, len(self.open_events))
+        self.pending[k] = self.open_events
+        self.chunks.append(meta)
+        payload = b"[" + b",".join(self.open_blobs) + b"]"
+        self.open_first_pos = self.next_pos
+        self.open_events, self.open_blobs, self.open_bytes = [], [], 0
+        if self.writer is not None:
+            self.writer.submit(("chunk", self, k, meta, payload))
+
+    def trim(self, floor: int) -> None:
+        """Forget closed chunks ending at or before ``floor``; their segments go later."""
+        n = 0
+        chunks = self.chunks
+        while n < len(chunks) and chunks[n].end_pos <= floor:
+            if chunks[n].segment < 0 and self.directory is not None:
+                break  # not durable yet: keep it until the writer has placed it
+            n += 1
+        if n == 0:
+            return
+        for k in range(self.chunk_base, self.chunk_base + n):
+            self.pending.pop(k, None)
+            self.decoded.pop(k, None)
+            self.fetching.pop(k, None)
+        del chunks[:n]
+        self.chunk_base += n
+        if self.writer is not None:
+            self.writer.submit(("trim", self, floor))
+
+    # -- reading -------------------------------------------------------------------------
+    def first_pos(self) -> int:
+        return self.chunks[0].first_pos if self.chunks else self.open_first_pos
+
+    def locate(self, pos: int) -> tuple[int, int]:
+        """(chunk number, index in chunk) of a retained position."""
+        if pos >= self.open_first_pos:
+            return self.open_no, pos - self.open_first_pos
+        firsts = [c.first_pos for c in self.chunks]
+        i = bisect.bisect_right(firsts, pos) - 1
+        if i < 0:
+            raise InvariantViolation(f"position {pos} is older than the reservoir keeps")
+        return self.chunk_base + i, pos - self.chunks[i].first_pos
+
+    def chunk(self, k: int) -> list:
+        """The events of chunk number ``k`` as a list of (ts, event)."""
+        if k == self.open_no:
+            return self.open_events
+        events = self.pending.get(k)
+        if events is not None:
+            return events
+        events = self.decoded.get(k)
+        if events is not None:
+            self.decoded.move_to_end(k)
+            return events
+        fut = self.fetching.pop(k, None)
+        events = fut.result() if fut is not None else self._read(k)
+        self.decoded[k] = events
+        if len(self.decoded) > DECODED_CHUNKS_MAX:
+            self.decoded.popitem(last=False)
+        return events
+
+    def prefetch(self, k: int) -> None:
+        """Start reading chunk ``k`` in the background if it will come from disk."""
+        if (self.prefetcher is None or k >= self.open_no or k < self.chunk_base
+                or k in self.pending or k in self.decoded or k in self.fetching):
+            return
+        self.fetching[k] = self.prefetcher.submit(self._read, k)
+
+    def _read(self, k: int) -> list:
+        meta = self.chunks[k - self.chunk_base]
+        events = self.pending.get(k)  # written but raced with the lookup above
+        if events is not None:
+            return events
+        with open(_segment_path(self.directory, meta.segment), "rb") as f:
+            f.seek(meta.offset)
+            record = f.read(meta.length)
+        magic, first, count, size, crc = HEADER.unpack_from(record)
+        payload = record[HEADER.size:]
+        if magic != MAGIC or first != meta.first_pos or zlib.crc32(payload) != crc:
+            raise InvariantViolation(f"chunk {k} at {meta.first_pos} is corrupt on disk")
+        return orjson.loads(zstandard.ZstdDecompressor().decompress(payload))
+
+    # -- writer thread -------------------------------------------------------------------
+    def _write_chunk(self, k: int, meta: ChunkMeta, compressed: bytes, fsync: bool) -> None:
+        record = HEADER.pack(MAGIC, meta.first_pos, meta.count, len(compressed),
+                             zlib.crc32(compressed)) + compressed
+        if self._seg_file is not None and self._seg_size + len(record) > self.segment_bytes_max:
+            self._close_segment()
+        if self._seg_file is None:
+            self._seg_id += 1
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._seg_file = open(_segment_path(self.directory, self._seg_id), "ab")
+            self._seg_size = 0
+        offset = self._seg_size
+        self._seg_file.write(record)
+        self._seg_file.flush()
+        if fsync:
+            os.fsync(self._seg_file.fileno())
+        self._seg_size += len(record)
+        self._seg_end[self._seg_id] = meta.end_pos
+        meta.offset, meta.length, meta.segment = offset, len(record), self._seg_id
+        self.durable_pos = meta.end_pos
+        self.pending.pop(k, None)  # after meta is set, so readers always find it one way
+
+    def _close_segment(self) -> None:
+        if self._seg_file is not None:
+            self._seg_file.close()
+            self._seg_file = None
+
+    def _delete_segments(self, floor: int) -> None:
+        for seg, end in list(self._seg_end.items()):
+            if end <= floor and not (seg == self._seg_id and self._seg_file is not None):
+                _segment_path(self.directory, seg).unlink(missing_ok=True)
+                del self._seg_end[seg]
+
+    # -- persistence ---------------------------------------------------------------------
+    def open_chunk_state(self) -> dict:
+        """The open chunk, for a clean close or a snapshot (it is not on disk yet)."""
+        return {"first_pos": self.open_first_pos,
+                "events": b"[" + b",".join(self.open_blobs) + b"]"}
+
+    def copy_segments(self, dest: Path) -> None:
+        """Hard-link (or copy) every segment file into ``dest``; the writer must be idle."""
+        dest.mkdir(parents=True, exist_ok=True)
+        if self.directory is None or not self.directory.exists():
+            return
+        for path in sorted(self.directory.glob("seg-*.rfs")):
+            try:
+                os.link(path, dest / path.name)
+            except OSError:
+                shutil.copy2(path, dest / path.name)
+
+    @classmethod
+    def open(cls, directory: Path, writer: Writer, prefetcher: ThreadPoolExecutor,
+             open_chunk: dict | None = None, **kw) -> StreamReservoir:
+        """Reopen a stream: every intact chunk on disk, then ``open_chunk`` if given."""
+        res = cls(directory, writer, prefetcher, **kw)
+        paths = sorted(directory.glob("seg-*.rfs")) if directory.exists() else []
+        broken = False
+        for path in paths:
+            seg = int(path.stem.split("-")[1])
+            if broken:
+                path.unlink()
+                continue
+            data = path.read_bytes()
+            off = 0
+            while off < len(data):
+                ok = off + HEADER.size <= len(data)
+                if ok:
+                    magic, first, count, size, crc = HEADER.unpack_from(data, off)
+                    end = off + HEADER.size + size
+                    ok = (magic == MAGIC and end <= len(data)
+                          and zlib.crc32(data[off + HEADER.size:end]) == crc
+                          and (not res.chunks or first == res.chunks[-1].end_pos))
+                if not ok:  # a torn write: keep what came before it
+                    with open(path, "r+b") as f:
+                        f.truncate(off)
+                    broken = True
+                    break
+                res.chunks.append(ChunkMeta(first, count, seg, off, HEADER.size + size))
+                res._seg_end[seg] = first + count
+                off = end
+            res._seg_id = max(res._seg_id, seg)
+        if res.chunks:
+            res.open_first_pos = res.next_pos = res.durable_pos = res.chunks[-1].end_pos
+            last = res.chunk(res.open_no - 1)
+            res.last_ts = last[-1][0]
+        elif open_chunk is not None:
+            res.open_first_pos = res.next_pos = res.durable_pos = open_chunk["first_pos"]
+        if open_chunk is not None and open_chunk["first_pos"] == res.next_pos:
+            for ts, ev in orjson.loads(open_chunk["events"]):
+                res.append(ts, ev)
+        return res
