@@ -78,7 +78,7 @@ class Service:
             from replog.single import SingleNodeElection
 
             self.log = FileLog(s.data_dir / "log" / "railflow.log")
-            election, forwarder = SingleNodeElection(), None
+            election, forwarder = SingleNodeElection(_next_writer_epoch(s.data_dir / "log")), None
         self.run_store = self._run_store or open_run_store(s)
         self.executor = EffectExecutor(s, self.run_store, self._submit_raw,
                                        self._run_changed, self.telemetry, self.app_urls,
@@ -204,6 +204,17 @@ class Service:
         if due is not None and due <= now_ms():
             self.node.submit(entries.TICK, entries.encode({}),
                              self.settings.submit_timeout_s).result()
+
+
+def _next_writer_epoch(log_dir) -> int:
+    """A writer id larger than any earlier run of this embedded node used: the log fences a
+    reused id's entries as duplicates."""
+    path = log_dir / "writer-epoch"
+    epoch = int(path.read_text()) + 1 if path.exists() else 1
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(str(epoch))
+    tmp.replace(path)
+    return epoch
 
 
 def _settled(view: dict) -> bool:

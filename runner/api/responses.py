@@ -8,5 +8,7 @@ import orjson
 from fastapi import Response
 
 
-def json_response(value: Any, status_code: int = 200) -> Response:
-    return Response(orjson.dumps(value), status_code=status_code, media_type="application/json")
+def json_response(value: Any, status_code: int = 200,
+                  headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(value), status_code=status_code, media_type="application/json",
+                    headers=headers)
