@@ -191,48 +191,98 @@ def stop_the_world(sm: DuckStateMachine, tmp: Path) -> dict[str, float]:
     return {"pause_ms": pause_s * 1e3, "bytes": size}
 
 
-def metrics_engine_case(quick: bool, kinds: list[str], run: str, tmp: Path) -> dict[str, Any]:
-    """Snapshot the metrics engine fed the data set, through each store; skipped if absent."""
+W1_METRICS = (
+    "SELECT SUM(amount), COUNT(*) FROM payments GROUP BY card RANGE 5 MINUTES",
+    "SELECT AVG(amount) FROM payments GROUP BY merchant RANGE 5 MINUTES",
+)
+DATASET_EVENTS = {"tiny": 10_000, "small": 1_000_000}
+
+
+def _events(dataset: str, seed: int) -> tuple[str, Any]:
+    """The data set from ``pipeline.synthetic`` when it exists, else a W1-shaped stand-in of the
+    same size (cards, Zipf-ish merchants, amounts in minor units), labelled as such."""
     try:
         from pipeline.synthetic import generate  # type: ignore[import-not-found]
 
-        from metrics_engine import Engine  # type: ignore[attr-defined]
+        return dataset, ((e, int(e["ts"])) for e in (dict(x) for x in generate(dataset, seed)))
+    except ImportError:
+        pass
+    import random
+
+    rnd = random.Random(seed)
+    n = DATASET_EVENTS[dataset]
+
+    def stream():  # type: ignore[no-untyped-def]
+        ts = 1_700_000_000_000
+        for _ in range(n):
+            ts += rnd.randrange(1, 60)
+            merchant = int(rnd.paretovariate(1.2)) % 50_000
+            event = {
+                "card": f"c{rnd.randrange(200_000)}",
+                "merchant": f"m{merchant}",
+                "amount": rnd.randrange(100, 200_000),
+            }
+            yield event, ts
+
+    return f"{dataset} (stand-in: pipeline.synthetic not available)", stream()
+
+
+def metrics_engine_case(quick: bool, kinds: list[str], run: str, tmp: Path) -> dict[str, Any]:
+    """The metrics engine fed the data set, checkpointed through each store and restored."""
+    try:
+        from metrics_engine.engine import Engine
     except ImportError as exc:
-        return {"skipped": f"metrics engine or synthetic data not available yet: {exc}"}
-    dataset = "tiny" if quick else "small"
-    engine = Engine()
+        return {"skipped": f"metrics engine not available: {exc}"}
+    dataset, events = _events("tiny" if quick else "small", 7)
+    engine = Engine(tmp / "engine-source", fsync=False)
+    for text in W1_METRICS:
+        engine.define(text)
     started = time.perf_counter()
-    events = 0
-    for event in generate(dataset, 7):
-        engine.ingest(event)
-        events += 1
+    count = 0
+    for event, ts in events:
+        engine.ingest("payments", event, ts)
+        count += 1
     feed_s = time.perf_counter() - started
-    out: dict[str, Any] = {"dataset": dataset, "events": events, "feed_s": feed_s, "stores": {}}
+    source_digest = engine.digest()
+    out: dict[str, Any] = {
+        "dataset": dataset,
+        "events": count,
+        "feed_s": feed_s,
+        "stores": {},
+    }
     for kind in kinds:
         store = store_from_url(store_url(kind, f"{run}-metrics", tmp))
-        parts = Path(tempfile.mkdtemp(dir=tmp))
+        parts = Path(tempfile.mkdtemp(dir=tmp)) / "snap"
         t0 = time.perf_counter()
         engine.snapshot(parts)
-        snap_s = time.perf_counter() - t0
+        snapshot_s = time.perf_counter() - t0
         m = upload_checkpoint(
-            store, parts, offset=events - 1, writer_id=1, digest="", created_at_ms=0
+            store, parts, offset=count - 1, writer_id=1, digest=source_digest, created_at_ms=0
         )
         take_s = time.perf_counter() - t0
         back = Path(tempfile.mkdtemp(dir=tmp))
         t1 = time.perf_counter()
         fetch_parts(store, read_manifest(store, m.offset), back)
-        Engine().restore(back)
+        restored = Engine(tmp / f"engine-{kind}", fsync=False)
+        restored.restore(back)
         restore_s = time.perf_counter() - t1
+        same = restored.digest() == source_digest
+        restored.close()
         out["stores"][kind] = {
             "bytes": m.total_bytes,
-            "snapshot_s": snap_s,
+            "parts": len(m.parts),
+            "snapshot_s": snapshot_s,
             "take_s": take_s,
             "take_mb_s": m.total_bytes / MB / take_s,
             "restore_s": restore_s,
             "restore_mb_s": m.total_bytes / MB / restore_s,
+            "digest_matches": same,
         }
+        shutil.rmtree(parts.parent, ignore_errors=True)
+        shutil.rmtree(back, ignore_errors=True)
         for name in store.list_dirs():
             store.delete_dir(name)
+    engine.close()
     return out
 
 
@@ -330,8 +380,10 @@ def main() -> int:
         for kind, m in metrics["stores"].items():
             print(
                 f"metrics engine ({metrics['dataset']}, {metrics['events']:,} events) {kind}: "
-                f"{m['bytes'] / MB:.1f} MB, take {m['take_s']:.2f} s ({m['take_mb_s']:.1f} MB/s),"
-                f" restore {m['restore_s']:.2f} s ({m['restore_mb_s']:.1f} MB/s)"
+                f"{m['bytes'] / MB:.1f} MB in {m['parts']} parts, snapshot {m['snapshot_s']:.2f} s"
+                f" (apply paused), take {m['take_s']:.2f} s ({m['take_mb_s']:.1f} MB/s),"
+                f" restore {m['restore_s']:.2f} s ({m['restore_mb_s']:.1f} MB/s),"
+                f" digest {'equal' if m['digest_matches'] else 'DIFFERS'}"
             )
 
     duck = [r for r in results if r["case"] == "duckdb-runs"]

@@ -39,6 +39,7 @@ from checkpoints.write import upload_checkpoint
 log = logging.getLogger(__name__)
 
 PAUSES_KEPT_MAX = 4096
+PAUSE_WARN_MS = 50.0
 # The upload yields the CPU to the apply loop on a busy machine (measured: apply latency during
 # hashing and upload drops several-fold under load, at the cost of slower checkpoints).
 BACKGROUND_NICE = 10
@@ -139,9 +140,19 @@ class Checkpointer:
             raise InvariantViolation("a checkpoint is already in flight")
         started = time.perf_counter()
         writer = self.state_machine.snapshot()
+        captured = time.perf_counter()
         digest = None if callable(getattr(writer, "digest", None)) else self.state_machine.digest()
         pause_s = time.perf_counter() - started
         self.stats.pauses_s.append(pause_s)
+        if pause_s * 1000 > PAUSE_WARN_MS:
+            log.warning(
+                "checkpoint at %d paused apply for %.0f ms (snapshot %.0f ms, digest %.0f ms%s)",
+                applied_offset,
+                pause_s * 1000,
+                (captured - started) * 1000,
+                (started + pause_s - captured) * 1000,
+                "" if digest is None else "; give the snapshot writer a digest() to move it off",
+            )
         created_at_ms = self._clock_ms()
         with self._lock:
             self._inflight = self._pool.submit(
