@@ -75,6 +75,9 @@ class SeaweedFS(Server):
             "-filer", f"-filer.port={FILER_PORT}",
             "-s3", f"-s3.port={S3_PORT}", f"-s3.config={conf / 's3.json'}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
+            # keep the Unix sockets out of the shared /tmp (default /tmp/seaweedfs-*-<port>.sock)
+            f"-filer.localSocket={paths.RUN_DIR / 'seaweedfs-filer.sock'}",
+            f"-s3.localSocket={paths.RUN_DIR / 'seaweedfs-s3.sock'}",
         ]
 
     def probe(self) -> None:

@@ -21,7 +21,7 @@ ROWS = 1000
 
 @pytest.fixture(scope="module")
 def spark():
-    session = infra_spark.session("railflow-infra-smoke")
+    session = infra_spark.session("railflow-infra-smoke", master="local[1]", quick_start=True)
     yield session
     session.stop()
 
