@@ -98,7 +98,8 @@ def open_loop(rate: int, seconds: float, send) -> tuple[HdrHistogram, int]:
 
 def summarize(hist: HdrHistogram, failures: int) -> dict:
     return {
-        "count": hist.get_total_count(), "failures": failures,
+        "count": hist.get_total_count(),
+        "failures": failures,
         "p50_ms": hist.get_value_at_percentile(50) / 1000,
         "p99_ms": hist.get_value_at_percentile(99) / 1000,
         "p999_ms": hist.get_value_at_percentile(99.9) / 1000,
@@ -138,7 +139,10 @@ def run_raw_kafka(rate: int, seconds: float) -> dict:
         while not stop.is_set():
             producer.poll(0.005)
 
-    threads = [threading.Thread(target=consume, daemon=True), threading.Thread(target=flush, daemon=True)]
+    threads = [
+        threading.Thread(target=consume, daemon=True),
+        threading.Thread(target=flush, daemon=True),
+    ]
     for t in threads:
         t.start()
     time.sleep(0.5)
@@ -172,8 +176,12 @@ def ensure_cluster() -> bool:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--machine", choices=("dict", "duckdb"), default="dict",
-                   help="the reference state machine on every node")
+    p.add_argument(
+        "--machine",
+        choices=("dict", "duckdb"),
+        default="dict",
+        help="the reference state machine on every node",
+    )
     a = p.parse_args()
     seconds = MEASURE_S_QUICK if a.quick else MEASURE_S_FULL
     repeats = REPEATS_QUICK if a.quick else REPEATS_FULL
@@ -182,8 +190,13 @@ def main() -> int:
     path = f"/replog-bench/{topic}"
     log = KafkaLog(endpoints.KAFKA_BOOTSTRAP, topic)
     sm = DictKV() if a.machine == "dict" else DuckKV()
-    node = Node(sm, log, ZkElection(endpoints.ZOOKEEPER, path, SESSION_TIMEOUT_S),
-                node_id="bench-leader", advertise_url="http://127.0.0.1:1")
+    node = Node(
+        sm,
+        log,
+        ZkElection(endpoints.ZOOKEEPER, path, SESSION_TIMEOUT_S),
+        node_id="bench-leader",
+        advertise_url="http://127.0.0.1:1",
+    )
     node.start()
     deadline = time.monotonic() + 30
     while not node.is_leader and time.monotonic() < deadline:
@@ -193,28 +206,54 @@ def main() -> int:
     logdir = tempfile.mkdtemp(prefix="replog-bench-")
     followers = [
         subprocess.Popen(
-            [sys.executable, "-m", "replog.testing.node", "--node-id", f"f{i}", "--port",
-             str(free_port()), "--topic", topic, "--election-path", path, "--machine", a.machine],
-            stdout=open(os.path.join(logdir, f"f{i}.log"), "w"), stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "replog.testing.node",
+                "--node-id",
+                f"f{i}",
+                "--port",
+                str(free_port()),
+                "--topic",
+                topic,
+                "--election-path",
+                path,
+                "--machine",
+                a.machine,
+            ],
+            stdout=open(os.path.join(logdir, f"f{i}.log"), "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=ROOT,
+        )
         for i in (1, 2)
     ]
     results = []
     try:
         time.sleep(2.0)  # followers connected and caught up
         for rate in RATES:
-            for subject, fn in (("replog", lambda r: run_replog(node, r, seconds)),
-                                ("kafka-raw", lambda r: run_raw_kafka(r, seconds))):
+            for subject, fn in (
+                ("replog", lambda r: run_replog(node, r, seconds)),
+                ("kafka-raw", lambda r: run_raw_kafka(r, seconds)),
+            ):
                 runs = [fn(rate) for _ in range(repeats)]
                 p99s = [r["p99_ms"] for r in runs]
-                results.append({
-                    "subject": subject, "rate_per_s": rate, "machine": a.machine,
-                    "runs": runs,
-                    "p50_ms": statistics.median(r["p50_ms"] for r in runs),
-                    "p99_ms": {"min": min(p99s), "median": statistics.median(p99s), "max": max(p99s)},
-                    "p999_ms": statistics.median(r["p999_ms"] for r in runs),
-                    "failures": sum(r["failures"] for r in runs),
-                })
+                results.append(
+                    {
+                        "subject": subject,
+                        "rate_per_s": rate,
+                        "machine": a.machine,
+                        "runs": runs,
+                        "p50_ms": statistics.median(r["p50_ms"] for r in runs),
+                        "p99_ms": {
+                            "min": min(p99s),
+                            "median": statistics.median(p99s),
+                            "max": max(p99s),
+                        },
+                        "p999_ms": statistics.median(r["p999_ms"] for r in runs),
+                        "failures": sum(r["failures"] for r in runs),
+                    }
+                )
         follower_lag = node.applied_offset
     finally:
         node.stop()
@@ -231,24 +270,44 @@ def main() -> int:
         r["p99_ratio_vs_kafka_raw"] = r["p99_ms"]["median"] / base if base else None
         r["p99_ratio_vs_sift_anchor"] = r["p99_ms"]["median"] / SIFT_P99_MS
 
-    print(f"\nreplog round trip (append → applied on the leader), open-loop, "
-          f"{'quick' if a.quick else 'full'}: {seconds:.0f} s × {repeats} per rate, leader "
-          f"machine {a.machine}, 2 followers")
-    print(f"{'subject':<10} {'rate/s':>7} {'p50 ms':>8} {'p99 ms (min/med/max)':>24} "
-          f"{'p99.9 ms':>9} {'fail':>5} {'×raw':>6} {'×Sift':>6}")
+    print(
+        f"\nreplog round trip (append → applied on the leader), open-loop, "
+        f"{'quick' if a.quick else 'full'}: {seconds:.0f} s × {repeats} per rate, leader "
+        f"machine {a.machine}, 2 followers"
+    )
+    print(
+        f"{'subject':<10} {'rate/s':>7} {'p50 ms':>8} {'p99 ms (min/med/max)':>24} "
+        f"{'p99.9 ms':>9} {'fail':>5} {'×raw':>6} {'×Sift':>6}"
+    )
     for r in results:
         q = r["p99_ms"]
-        print(f"{r['subject']:<10} {r['rate_per_s']:>7} {r['p50_ms']:>8.2f} "
-              f"{q['min']:>7.2f}/{q['median']:>7.2f}/{q['max']:>7.2f} {r['p999_ms']:>9.2f} "
-              f"{r['failures']:>5} {r['p99_ratio_vs_kafka_raw']:>6.2f} {r['p99_ratio_vs_sift_anchor']:>6.2f}")
+        print(
+            f"{r['subject']:<10} {r['rate_per_s']:>7} {r['p50_ms']:>8.2f} "
+            f"{q['min']:>7.2f}/{q['median']:>7.2f}/{q['max']:>7.2f} {r['p999_ms']:>9.2f} "
+            f"{r['failures']:>5} {r['p99_ratio_vs_kafka_raw']:>6.2f} "
+            f"{r['p99_ratio_vs_sift_anchor']:>6.2f}"
+        )
     p2 = next(r for r in results if r["subject"] == "replog" and r["rate_per_s"] == P2_RATE)
-    targets = {"P2": {"value": p2["p99_ms"]["median"], "unit": "ms p99 at 2,000 entries/s",
-                      "target": P2_TARGET_MS, "met": p2["p99_ms"]["median"] <= P2_TARGET_MS}}
-    print(f"P2: p99 {targets['P2']['value']:.2f} ms at {P2_RATE}/s, target ≤ {P2_TARGET_MS} ms: "
-          f"{'met' if targets['P2']['met'] else 'NOT met'}  (entries applied: {follower_lag + 1})")
-    out = {"name": "replog_rtt", "quick": a.quick, "started_at": datetime.now(UTC).isoformat(),
-           "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
-           "results": results, "targets": targets}
+    targets = {
+        "P2": {
+            "value": p2["p99_ms"]["median"],
+            "unit": "ms p99 at 2,000 entries/s",
+            "target": P2_TARGET_MS,
+            "met": p2["p99_ms"]["median"] <= P2_TARGET_MS,
+        }
+    }
+    print(
+        f"P2: p99 {targets['P2']['value']:.2f} ms at {P2_RATE}/s, target ≤ {P2_TARGET_MS} ms: "
+        f"{'met' if targets['P2']['met'] else 'NOT met'}  (entries applied: {follower_lag + 1})"
+    )
+    out = {
+        "name": "replog_rtt",
+        "quick": a.quick,
+        "started_at": datetime.now(UTC).isoformat(),
+        "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
+        "results": results,
+        "targets": targets,
+    }
     (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
     (ROOT / "bench" / "results" / "replog_rtt.json").write_text(json.dumps(out, indent=2))
     return 0

@@ -25,6 +25,7 @@ from replog.errors import (
     AppendFailed,
     AppendTimeout,
     Fenced,
+    InvariantViolation,
     NotLeader,
     Overloaded,
     ReplogError,
@@ -44,6 +45,9 @@ class Role(enum.Enum):
 class Limits:
     pending_requests_max: int = 10_000
     batch_entries_max: int = 512
+
+
+DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,9 @@ class _Draft:
 
 
 class ReplicaCore:
-    def __init__(self, *, start_offset: int = 0, start_writer_id: int = -1, limits: Limits = Limits()):
+    def __init__(
+        self, *, start_offset: int = 0, start_writer_id: int = -1, limits: Limits = DEFAULT_LIMITS
+    ):
         self.limits = limits
         self.role = Role.FOLLOWER
         self.my_writer_id: int | None = None
@@ -117,7 +123,9 @@ class ReplicaCore:
         self.role = Role.STARTING
         self.my_writer_id = writer_id
         seq = self._new_seq()
-        self._drafts[seq] = _Draft(seq, KIND_LEADER_STARTED, leader_started_payload(writer_id), None)
+        self._drafts[seq] = _Draft(
+            seq, KIND_LEADER_STARTED, leader_started_payload(writer_id), None
+        )
         self._outbox.append(seq)
         self._leader_started_seq = seq
         return True, completions
@@ -158,7 +166,8 @@ class ReplicaCore:
         if self.role is Role.FOLLOWER:
             return []
         writer_id = self.my_writer_id
-        require(writer_id is not None, "a leader without a writer id")
+        if writer_id is None:
+            raise InvariantViolation("a leader without a writer id")
         ts = max(now_ms, self._stamped_ts, self.last_ts)
         self._stamped_ts = ts
         batch: list[Entry] = []
@@ -256,7 +265,9 @@ class ReplicaCore:
         return [Completion(entry.seq, error=error)]
 
     def _fail_all(self, error: ReplogError) -> list[Completion]:
-        out = [Completion(s, error=error) for s, d in self._drafts.items() if d.deadline_ms is not None]
+        out = [
+            Completion(s, error=error) for s, d in self._drafts.items() if d.deadline_ms is not None
+        ]
         self._drafts.clear()
         self._outbox.clear()
         return out

@@ -96,7 +96,7 @@ class FileLogReader:
             if self._next >= available:
                 return []
             self._file.seek(log._positions[self._next])
-        out = []
+        out: list[tuple[int, bytes]] = []
         while self._next < available and len(out) < records_max:
             length, crc = _RECORD.unpack(self._file.read(_RECORD.size))
             body = self._file.read(length)

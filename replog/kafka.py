@@ -103,14 +103,14 @@ class KafkaLogReader:
         msgs = [first]
         if records_max > 1:
             msgs += self._consumer.consume(records_max - 1, 0)
-        out = []
+        out: list[tuple[int, bytes]] = []
         for msg in msgs:
             err = msg.error()
             if err is not None:
                 if err.retriable() or err.code() == KafkaError._PARTITION_EOF:
                     continue
                 raise KafkaException(err)
-            out.append((msg.offset(), msg.value()))
+            out.append((msg.offset(), msg.value()))  # type: ignore[arg-type]
         return out
 
     def close(self) -> None:

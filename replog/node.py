@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
-from replog.core import Completion, Limits, ReplicaCore, Role
+from replog.core import DEFAULT_LIMITS, Completion, Limits, ReplicaCore, Role
 from replog.entry import Entry
 from replog.errors import AppendTimeout, NotLeader, ReplogError
 from replog.protocols import (
@@ -62,7 +62,7 @@ class Node:
         clock: Callable[[], int] = wall_clock_ms,
         checkpointer: Checkpointer | None = None,
         start_writer_id: int = -1,
-        limits: Limits = Limits(),
+        limits: Limits = DEFAULT_LIMITS,
     ):
         self.sm = state_machine
         self.log = log

@@ -47,7 +47,9 @@ def check_acked(acks: Iterable[Ack], accepted: Mapping[int, Entry]) -> list[str]
         if entry is None:
             problems.append(f"{ack.request}: acknowledged at {ack.offset}, not applied there")
         elif (entry.writer_id, entry.kind, entry.payload) != (ack.writer_id, ack.kind, ack.payload):
-            problems.append(f"{ack.request}: acknowledged at {ack.offset}, which holds another entry")
+            problems.append(
+                f"{ack.request}: acknowledged at {ack.offset}, which holds another entry"
+            )
         if len(problems) >= problems_max:
             break
     return problems
@@ -66,7 +68,9 @@ def check_applied(
     a duplicate, a gap and a reordering.
     """
     expected = [
-        (o, e.writer_id, e.seq) for o, e in sorted(accepted.items()) if start_offset <= o <= end_offset
+        (o, e.writer_id, e.seq)
+        for o, e in sorted(accepted.items())
+        if start_offset <= o <= end_offset
     ]
     if applied == expected:
         return []
@@ -97,7 +101,7 @@ def check_digests(digests: Mapping[str, Mapping[int, str]]) -> list[str]:
 
 def check_monotonic_ts(replica: str, ts: list[int]) -> list[str]:
     """Applied time never goes backwards."""
-    for a, b in zip(ts, ts[1:]):
+    for a, b in zip(ts, ts[1:], strict=False):
         if b < a:
             return [f"{replica}: applied ts went back from {a} to {b}"]
     return []

@@ -35,8 +35,16 @@ def free_port() -> int:
 
 
 class NodeProcesses:
-    def __init__(self, names: list[str], *, session_timeout_s: float, log_dir: str,
-                 zk: str, kafka: str, topic: str | None = None):
+    def __init__(
+        self,
+        names: list[str],
+        *,
+        session_timeout_s: float,
+        log_dir: str,
+        zk: str,
+        kafka: str,
+        topic: str | None = None,
+    ):
         self.topic = topic or f"replog-test-{uuid.uuid4().hex[:12]}"
         self.election_path = f"/replog-test/{self.topic}"
         self.session_timeout_s = session_timeout_s
@@ -51,11 +59,30 @@ class NodeProcesses:
     def start(self, name: str) -> None:
         out = open(os.path.join(self.log_dir, f"{name}.log"), "ab")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "replog.testing.node", "--node-id", name,
-             "--port", str(self.ports[name]), "--topic", self.topic,
-             "--election-path", self.election_path, "--zk", self.zk, "--kafka", self.kafka,
-             "--session-timeout-s", str(self.session_timeout_s), "--digest-every", "20"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "replog.testing.node",
+                "--node-id",
+                name,
+                "--port",
+                str(self.ports[name]),
+                "--topic",
+                self.topic,
+                "--election-path",
+                self.election_path,
+                "--zk",
+                self.zk,
+                "--kafka",
+                self.kafka,
+                "--session-timeout-s",
+                str(self.session_timeout_s),
+                "--digest-every",
+                "20",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         deadline = time.monotonic() + start_timeout_s
         while time.monotonic() < deadline:
@@ -73,7 +100,7 @@ class NodeProcesses:
     def get(self, name: str, path: str):
         return self.http.get(f"{self.url(name)}{path}", timeout=10.0).json()
 
-    def leader(self, exclude: set[str] = frozenset()) -> str | None:
+    def leader(self, exclude: frozenset[str] | set[str] = frozenset()) -> str | None:
         for name in self.procs:
             if name in exclude:
                 continue
@@ -82,7 +109,9 @@ class NodeProcesses:
                 return name
         return None
 
-    def wait_leader(self, exclude: set[str] = frozenset(), timeout_s: float = 30.0) -> str:
+    def wait_leader(
+        self, exclude: frozenset[str] | set[str] = frozenset(), timeout_s: float = 30.0
+    ) -> str:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             name = self.leader(exclude)
@@ -150,8 +179,9 @@ class Invocation:
 class Load:
     """Client threads sending unique puts to random nodes at a bounded total rate."""
 
-    def __init__(self, procs: NodeProcesses, *, threads: int = 6, rate_per_s: float = 150.0,
-                 seed: int = 0):
+    def __init__(
+        self, procs: NodeProcesses, *, threads: int = 6, rate_per_s: float = 150.0, seed: int = 0
+    ):
         self.procs = procs
         self.threads = threads
         self.interval_s = threads / rate_per_s
@@ -182,9 +212,14 @@ class Load:
             with self._lock:
                 self.history.append(inv)
             try:
-                r = client.post(f"{self.procs.url(node)}/submit", json={
-                    "kind": ops.KIND, "payload": inv.payload.decode(),
-                    "timeout_s": request_timeout_s})
+                r = client.post(
+                    f"{self.procs.url(node)}/submit",
+                    json={
+                        "kind": ops.KIND,
+                        "payload": inv.payload.decode(),
+                        "timeout_s": request_timeout_s,
+                    },
+                )
                 body = r.json()
                 if r.status_code == 200:
                     inv.outcome, inv.offset, inv.writer_id = "ok", body["offset"], body["writer_id"]
@@ -198,7 +233,9 @@ class Load:
         client.close()
 
 
-def read_topic(kafka: str, topic: str, end_offset: int, timeout_s: float = 30.0) -> list[tuple[int, Entry]]:
+def read_topic(
+    kafka: str, topic: str, end_offset: int, timeout_s: float = 30.0
+) -> list[tuple[int, Entry]]:
     from replog.kafka import KafkaLogReader
 
     reader = KafkaLogReader(kafka, topic, 0)
@@ -227,8 +264,11 @@ def check_run(procs: NodeProcesses, load: Load) -> Verdict:
     end = procs.wait_converged()
     log = read_topic(procs.kafka, procs.topic, end)
     accepted = checker.accepted_entries(log)
-    acks = [checker.Ack(i.id, i.offset, i.writer_id, ops.KIND, i.payload)
-            for i in load.history if i.outcome == "ok"]
+    acks = [
+        checker.Ack(i.id, i.offset, i.writer_id, ops.KIND, i.payload)
+        for i in load.history
+        if i.outcome == "ok"
+    ]
     problems = checker.check_acked(acks, accepted)
     if not log or log[-1][0] != end:
         problems.append(f"read the topic up to {log[-1][0] if log else None}, nodes are at {end}")
@@ -257,6 +297,9 @@ def check_run(procs: NodeProcesses, load: Load) -> Verdict:
 
 def failover_s(load: Load, t_fault: float, old_writer: int) -> float | None:
     """From the fault to the first acknowledgement by a newer writer."""
-    times = [i.t_complete for i in load.history
-             if i.outcome == "ok" and i.writer_id > old_writer and i.t_complete > t_fault]
+    times = [
+        i.t_complete
+        for i in load.history
+        if i.outcome == "ok" and i.writer_id > old_writer and i.t_complete > t_fault
+    ]
     return min(times) - t_fault if times else None

@@ -25,7 +25,9 @@ class _DuckSnapshot:
     def write(self, dir: pathlib.Path) -> None:
         try:
             target = str(dir / "kv.parquet").replace("'", "''")
-            self._cursor.execute(f"COPY (SELECT k, v FROM kv ORDER BY k) TO '{target}' (FORMAT parquet)")
+            self._cursor.execute(
+                f"COPY (SELECT k, v FROM kv ORDER BY k) TO '{target}' (FORMAT parquet)"
+            )
             (dir / "meta.json").write_text(json.dumps({"applied_offset": self._offset}))
         finally:
             self._cursor.execute("COMMIT")

@@ -56,7 +56,9 @@ class ManualElection:
         self._on_event: Callable[[ElectionEvent], None] | None = None
         self.url = ""
 
-    def start(self, node_id: str, advertise_url: str, on_event: Callable[[ElectionEvent], None]) -> None:
+    def start(
+        self, node_id: str, advertise_url: str, on_event: Callable[[ElectionEvent], None]
+    ) -> None:
         self.url, self._on_event = advertise_url, on_event
 
     def elect(self, writer_id: int) -> None:

@@ -72,7 +72,9 @@ class Replica:
         """The table, or one key's row; reads run beside the loop thread."""
         if self._cursor is None:
             data = dict(self.sm.data)  # type: ignore[union-attr]
-            items = sorted(data.items()) if key is None else [(key, data[key])] if key in data else []
+            items = (
+                sorted(data.items()) if key is None else [(key, data[key])] if key in data else []
+            )
             return items
         with self._lock:
             if key is None:
@@ -106,37 +108,62 @@ def make_handler(rep: Replica):
             length = int(self.headers.get("content-length", "0"))
             req = json.loads(self.rfile.read(length))
             timeout_s = float(req.get("timeout_s", 2.0))
-            if self.headers.get("x-forwarded") and not node.is_leader and node.role.value == "follower":
+            if (
+                self.headers.get("x-forwarded")
+                and not node.is_leader
+                and node.role.value == "follower"
+            ):
                 self._send(503, {"error": "NotLeader", "message": "forwarded to a follower"})
                 return
             fut = node.submit(req["kind"], req["payload"].encode(), timeout_s)
             try:
                 applied = fut.result(timeout_s + 2 * forward_timeout_margin_s)
             except ReplogError as e:
-                self._send(503, {"error": type(e).__name__, "message": str(e),
-                                 "leader_url": node.leader_url()})
+                self._send(
+                    503,
+                    {"error": type(e).__name__, "message": str(e), "leader_url": node.leader_url()},
+                )
                 return
             except Exception as e:  # a future that never resolved, or a transport error
                 self._send(503, {"error": "ReplogError", "message": repr(e)})
                 return
-            self._send(200, {"offset": applied.offset, "writer_id": applied.writer_id,
-                             "effects": applied.effects, "applied_offset": node.applied_offset})
+            self._send(
+                200,
+                {
+                    "offset": applied.offset,
+                    "writer_id": applied.writer_id,
+                    "effects": applied.effects,
+                    "applied_offset": node.applied_offset,
+                },
+            )
 
         def do_GET(self) -> None:
             url = urlparse(self.path)
             q = {k: v[0] for k, v in parse_qs(url.query).items()}
             if url.path == "/status":
-                self._send(200, {"node_id": node.node_id, "role": node.role.value,
-                                 "writer_id": node.writer_id, "my_writer_id": node.my_writer_id,
-                                 "applied_offset": node.applied_offset,
-                                 "leader_url": node.leader_url(),
-                                 "failure": repr(node.failure) if node.failure else None})
+                self._send(
+                    200,
+                    {
+                        "node_id": node.node_id,
+                        "role": node.role.value,
+                        "writer_id": node.writer_id,
+                        "my_writer_id": node.my_writer_id,
+                        "applied_offset": node.applied_offset,
+                        "leader_url": node.leader_url(),
+                        "failure": repr(node.failure) if node.failure else None,
+                    },
+                )
             elif url.path == "/read":
                 ok = node.wait_applied(int(q.get("min_offset", -1)), float(q.get("timeout_s", 2)))
                 rows = rep.rows(q["key"])
-                self._send(200 if ok else 504, {"value": rows[0][1] if rows else None,
-                                                "applied_offset": node.applied_offset,
-                                                "writer_id": node.writer_id})
+                self._send(
+                    200 if ok else 504,
+                    {
+                        "value": rows[0][1] if rows else None,
+                        "applied_offset": node.applied_offset,
+                        "writer_id": node.writer_id,
+                    },
+                )
             elif url.path == "/applied":
                 self._send(200, list(rep.applied))
             elif url.path == "/digests":
@@ -169,9 +196,15 @@ def main(argv: list[str] | None = None) -> None:
     url = f"http://127.0.0.1:{a.port}"
 
     def factory(sm, on_effects):
-        return Node(sm, KafkaLog(a.kafka, a.topic), ZkElection(a.zk, a.election_path, a.session_timeout_s),
-                    node_id=a.node_id, advertise_url=url, forwarder=HttpForwarder(),
-                    on_effects=on_effects)
+        return Node(
+            sm,
+            KafkaLog(a.kafka, a.topic),
+            ZkElection(a.zk, a.election_path, a.session_timeout_s),
+            node_id=a.node_id,
+            advertise_url=url,
+            forwarder=HttpForwarder(),
+            on_effects=on_effects,
+        )
 
     rep = Replica(factory, a.digest_every, a.machine)
     server = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(rep))

@@ -54,6 +54,9 @@ class Config:
     checkpoint_every_entries: int = 4
 
 
+DEFAULT_CONFIG = Config()
+
+
 @dataclass
 class Request:
     id: str
@@ -85,7 +88,10 @@ class Replica:
 
 class Simulation:
     def __init__(
-        self, seed: int, config: Config = Config(), make_sm: Callable[[], Any] = DictKV,
+        self,
+        seed: int,
+        config: Config = DEFAULT_CONFIG,
+        make_sm: Callable[[], Any] = DictKV,
         trace: bool = False,
     ):
         self.seed = seed
@@ -248,7 +254,10 @@ class Simulation:
                 r.digests[offset] = r.sm.digest()
                 if len(r.applied) % self.cfg.checkpoint_every_entries == 0:
                     r.checkpoint = (
-                        r.sm.snapshot(), offset, r.core.fence.writer_id, r.core.fence.seq
+                        r.sm.snapshot(),
+                        offset,
+                        r.core.fence.writer_id,
+                        r.core.fence.seq,
                     )
         if r.core.has_batch():
             self.node_append(r)
@@ -329,11 +338,16 @@ class Simulation:
         if kind == "crash_leader" and leader is not None:
             self.crash(leader, self.rng.randint(10, 600), self.rng.random() < 0.5)
         elif kind == "crash_follower":
-            self.crash(self.rng.choice(followers), self.rng.randint(10, 600), self.rng.random() < 0.5)
+            self.crash(
+                self.rng.choice(followers), self.rng.randint(10, 600), self.rng.random() < 0.5
+            )
         elif kind == "pause_leader_past_session" and leader is not None:
             self.pause(leader, cfg.session_timeout_ms + self.rng.randint(50, 400))
         elif kind == "pause_short":
-            self.pause(self.rng.choice(list(self.replicas.values())), self.rng.randint(1, cfg.session_timeout_ms // 2))
+            self.pause(
+                self.rng.choice(list(self.replicas.values())),
+                self.rng.randint(1, cfg.session_timeout_ms // 2),
+            )
         elif kind == "duplicate_appends":
             self.rates["dup"] = 0.3
         elif kind == "delayed_deliveries":
@@ -379,7 +393,11 @@ class Simulation:
             self.requests.append(req)
             self.at(self.rng.randint(0, cfg.fault_window_ms), self.client, req)
         for _ in range(self.rng.randint(0, cfg.faults_max)):
-            self.at(self.rng.randint(0, cfg.fault_window_ms - 200), self.inject, self.rng.choice(FAULT_KINDS))
+            self.at(
+                self.rng.randint(0, cfg.fault_window_ms - 200),
+                self.inject,
+                self.rng.choice(FAULT_KINDS),
+            )
         self.at(cfg.fault_window_ms, self.heal)
         self.at(cfg.fault_window_ms + cfg.settle_ms // 3, self.send_probe, 0)
         end = cfg.fault_window_ms + cfg.settle_ms
@@ -394,7 +412,8 @@ class Simulation:
         accepted = checker.accepted_entries(log)
         acks = [
             checker.Ack(q.id, q.offset, q.writer_id, q.kind, q.payload)
-            for q in self.requests if q.outcome == "ok"
+            for q in self.requests
+            if q.outcome == "ok"
         ]
         problems = checker.check_acked(acks, accepted)
         end = len(self.log) - 1
@@ -427,8 +446,12 @@ def _restore_in_memory(sm: Any, snap: Any) -> Any:
     return sm
 
 
-def run_seed(seed: int, config: Config = Config(), make_sm: Callable[[], Any] = DictKV,
-             trace: bool = False) -> tuple[list[str], Simulation]:
+def run_seed(
+    seed: int,
+    config: Config = DEFAULT_CONFIG,
+    make_sm: Callable[[], Any] = DictKV,
+    trace: bool = False,
+) -> tuple[list[str], Simulation]:
     sim = Simulation(seed, config, make_sm, trace)
     return sim.run(), sim
 

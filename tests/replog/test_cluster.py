@@ -21,9 +21,13 @@ REPORT = os.environ.get("REPLOG_CLUSTER_REPORT", "bench/results/replog_faults.js
 
 @pytest.fixture
 def nodes(tmp_path):
-    procs = NodeProcesses(["n1", "n2", "n3"], session_timeout_s=SESSION_TIMEOUT_S,
-                          log_dir=str(tmp_path), zk=endpoints.ZOOKEEPER,
-                          kafka=endpoints.KAFKA_BOOTSTRAP)
+    procs = NodeProcesses(
+        ["n1", "n2", "n3"],
+        session_timeout_s=SESSION_TIMEOUT_S,
+        log_dir=str(tmp_path),
+        zk=endpoints.ZOOKEEPER,
+        kafka=endpoints.KAFKA_BOOTSTRAP,
+    )
     for name in procs.ports:
         procs.start(name)
     procs.wait_leader()
@@ -60,9 +64,17 @@ def test_kill_9_the_leader_under_load(nodes):
     load.stop()
     verdict = check_run(nodes, load)
     failover = failover_s(load, t_kill, old_writer)
-    _record("kill9_leader", failover_s=failover, elected_after_s=t_elected,
-            session_timeout_s=SESSION_TIMEOUT_S, acked=verdict.acked, failed=verdict.failed,
-            unknown=verdict.unknown, log_entries=verdict.log_entries, new_leader=new_leader)
+    _record(
+        "kill9_leader",
+        failover_s=failover,
+        elected_after_s=t_elected,
+        session_timeout_s=SESSION_TIMEOUT_S,
+        acked=verdict.acked,
+        failed=verdict.failed,
+        unknown=verdict.unknown,
+        log_entries=verdict.log_entries,
+        new_leader=new_leader,
+    )
     _assert_valid(verdict)
     assert failover is not None
 
@@ -85,20 +97,28 @@ def test_sigstop_the_leader_past_its_session_timeout(nodes):
     # The old leader's clients: anything it acknowledged after waking must be an entry
     # every replica applied (checked above); list what they saw.
     woke = [i for i in load.history if i.node == leader and t_stop <= i.t_invoke <= t_cont]
-    stale_acks = [i for i in woke if i.outcome == "ok" and i.writer_id == old_writer
-                  and i.t_complete > t_cont]
-    _record("sigstop_leader", failover_s=failover_s(load, t_stop, old_writer),
-            paused_s=t_cont - t_stop, requests_to_paused_leader=len(woke),
-            their_outcomes={o: sum(1 for i in woke if i.outcome == o) for o in ("ok", "fail", "info")},
-            late_entries_fenced=verdict.late_fenced_entries, acked=verdict.acked,
-            log_entries=verdict.log_entries)
+    stale_acks = [
+        i for i in woke if i.outcome == "ok" and i.writer_id == old_writer and i.t_complete > t_cont
+    ]
+    _record(
+        "sigstop_leader",
+        failover_s=failover_s(load, t_stop, old_writer),
+        paused_s=t_cont - t_stop,
+        requests_to_paused_leader=len(woke),
+        their_outcomes={o: sum(1 for i in woke if i.outcome == o) for o in ("ok", "fail", "info")},
+        late_entries_fenced=verdict.late_fenced_entries,
+        acked=verdict.acked,
+        log_entries=verdict.log_entries,
+    )
     _assert_valid(verdict)
     for inv in stale_acks:  # acknowledged by the frozen leader: only entries from before
         assert inv.t_invoke < t_stop + SESSION_TIMEOUT_S
 
 
-@pytest.mark.skipif(os.environ.get("REPLOG_SKIP_BROKER_RESTART") == "1",
-                    reason="the broker is shared with other running tests")
+@pytest.mark.skipif(
+    os.environ.get("REPLOG_SKIP_BROKER_RESTART") == "1",
+    reason="the broker is shared with other running tests",
+)
 def test_restart_the_kafka_broker(nodes):
     from infra import cluster
 
@@ -113,9 +133,16 @@ def test_restart_the_kafka_broker(nodes):
     time.sleep(8.0)
     load.stop()
     verdict = check_run(nodes, load)
-    recovered = [i.t_complete - t_up for i in load.history if i.outcome == "ok" and i.t_invoke > t_up]
-    _record("broker_restart", down_s=t_up - t_down,
-            first_ack_after_up_s=min(recovered) if recovered else None, acked=verdict.acked,
-            failed=verdict.failed, unknown=verdict.unknown)
+    recovered = [
+        i.t_complete - t_up for i in load.history if i.outcome == "ok" and i.t_invoke > t_up
+    ]
+    _record(
+        "broker_restart",
+        down_s=t_up - t_down,
+        first_ack_after_up_s=min(recovered) if recovered else None,
+        acked=verdict.acked,
+        failed=verdict.failed,
+        unknown=verdict.unknown,
+    )
     _assert_valid(verdict)
     assert recovered, "no write acknowledged after the broker came back"

@@ -67,7 +67,7 @@ def test_acknowledged_only_after_apply_and_group_commit_batches():
 def test_batch_size_is_bounded():
     core, log = ReplicaCore(limits=Limits(batch_entries_max=3)), FakeLog()
     lead(core, log)
-    for i in range(7):
+    for _ in range(7):
         core.submit("kv", b"x", 0, 1000)
     assert [len(core.take_batch(0)) for _ in range(4)] == [3, 3, 1, 0]
 

@@ -33,8 +33,14 @@ def cluster():
     nodes = []
     for i in range(3):
         url = f"mem://n{i}"
-        node = Node(DictKV(), log, ManualElection(directory), node_id=f"n{i}",
-                    advertise_url=url, forwarder=DirectForwarder(nodes_by_url))
+        node = Node(
+            DictKV(),
+            log,
+            ManualElection(directory),
+            node_id=f"n{i}",
+            advertise_url=url,
+            forwarder=DirectForwarder(nodes_by_url),
+        )
         nodes_by_url[url] = node
         nodes.append(node)
         node.start()
@@ -130,8 +136,14 @@ def test_checkpointer_hook_is_called_after_apply(tmp_path: pathlib.Path):
         def maybe_checkpoint(self, offset, writer_id):
             calls.append((offset, writer_id))
 
-    node = Node(DictKV(), MemLog(), SingleNodeElection(writer_id=3), node_id="e",
-                advertise_url="x", checkpointer=Recorder())
+    node = Node(
+        DictKV(),
+        MemLog(),
+        SingleNodeElection(writer_id=3),
+        node_id="e",
+        advertise_url="x",
+        checkpointer=Recorder(),
+    )
     node.start()
     applied = node.submit(ops.KIND, ops.put("k", 1), 5).result(WAIT_S)
     node.stop()
