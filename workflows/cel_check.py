@@ -136,7 +136,8 @@ class _Checker:
         kind = node.data
         kids = node.children
         if kind in ("expr", "conditionalor", "conditionaland", "relation", "addition",
-                    "multiplication", "unary", "member", "primary", "paren_expr") and len(kids) == 1:
+                    "multiplication", "unary", "member", "primary",
+                    "paren_expr") and len(kids) == 1:
             return self.visit(kids[0], scope)
         method = getattr(self, f"_{kind}", None)
         if method is None:
@@ -328,7 +329,8 @@ class _Checker:
         args = list(kids[1].children) if len(kids) > 1 else []
         if name == "has":
             if len(args) != 1 or not _is_select(args[0]):
-                raise self.fail("criteria_syntax", "has() needs one field selection, e.g. has(event.ip)")
+                raise self.fail("criteria_syntax",
+                                "has() needs one field selection, e.g. has(event.ip)")
             t, path = self._has_target(args[0], scope)
             self.use(path)
             return BOOL, None
@@ -344,7 +346,8 @@ class _Checker:
             return DYN, None
         if name == "type" and len(types) == 1:
             return TYPE, None
-        raise self.fail("criteria_unknown", f"unknown function {name}() with {len(types)} arguments")
+        raise self.fail("criteria_unknown",
+                        f"unknown function {name}() with {len(types)} arguments")
 
     def _has_target(self, node, scope):
         """has(a.b): a must type-check; b need not exist on open records or maps."""
@@ -375,7 +378,8 @@ class _Checker:
         keys, values = items[0::2], items[1::2]
         for k in keys:
             if k not in (STRING, INT, UINT, BOOL, DYN):
-                raise self.fail("criteria_type", f"a map key must be string, int, uint or bool, not {k}")
+                raise self.fail("criteria_type",
+                                f"a map key must be string, int, uint or bool, not {k}")
         return map_of(_common(keys), _common(values)), None
 
     def _literal(self, kids, scope):
@@ -431,7 +435,7 @@ def _comparable(a: AnyType, b: AnyType) -> bool:
     if a in NUMERIC and b in NUMERIC:
         return True  # CEL compares numbers across int, uint and double
     if a.name == b.name and a.name in ("list", "map"):
-        return _comparable(a.elem, b.elem) and (a.key is None or _comparable(a.key, b.key))
+        return _comparable(a.elem or DYN, b.elem or DYN) and _comparable(a.key or DYN, b.key or DYN)
     return a == b
 
 
@@ -453,11 +457,11 @@ def _check_in(a: AnyType, b: AnyType) -> None:
             raise CheckError("criteria_type", f"{a} in {b}: keys of {b} are strings")
         return
     if b.name == "list":
-        if not _comparable(a, b.elem):
+        if not _comparable(a, b.elem or DYN):
             raise CheckError("criteria_type", f"{a} in {b}: element types differ")
         return
     if b.name == "map":
-        if not _comparable(a, b.key):
+        if not _comparable(a, b.key or DYN):
             raise CheckError("criteria_type", f"{a} in {b}: key types differ")
         return
     raise CheckError("criteria_type", f"'in' needs a list or a map on the right, not {b}")

@@ -20,6 +20,7 @@ from workflows.outside import OutsideWork, outside_work_of
 from workflows.validate import analyse
 
 WHOLE = None  # in a read plan: convert the whole record
+FieldSpec = tuple[str, ...] | None  # the fields to convert, or WHOLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,17 +33,23 @@ class Decision:
 class CompiledEdge:
     id: str
     to: str
-    criteria: CompiledCriterion | None  # None only for the default edge
+    criteria: CompiledCriterion
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultEdge:
+    id: str
+    to: str
 
 
 @dataclass(frozen=True, slots=True)
 class ReadPlan:
-    """Fields to convert per root record; a value of WHOLE converts the whole record."""
+    """What a node's criteria read: (record, fields) for event/scores/metrics, and for apps
+    either WHOLE or (node id, fields) pairs. A record absent from the plan is not read."""
 
-    event: tuple[str, ...] | None | bool = False  # False: not read at all
-    scores: tuple[str, ...] | None | bool = False
-    metrics: tuple[str, ...] | None | bool = False
-    apps: Mapping[str, tuple[str, ...] | None] | None | bool = False
+    records: tuple[tuple[str, FieldSpec], ...] = ()
+    apps_read: bool = False
+    apps: tuple[tuple[str, FieldSpec], ...] | None = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +57,7 @@ class CompiledNode:
     id: str
     kind: str
     edges: tuple[CompiledEdge, ...]  # the non-default edges, in order
-    default: CompiledEdge | None  # None only for decisions
+    default: DefaultEdge | None  # None only for decisions
     decision: Decision | None
     outside: OutsideWork | None
     plan: ReadPlan
@@ -105,10 +112,11 @@ def compile_version(
         raise WorkflowInvalid(analysis.problems)
     nodes = {}
     for node in workflow.nodes:
-        edges, default = [], None
+        edges: list[CompiledEdge] = []
+        default = None
         for e in node.edges:
             if e.default:
-                default = CompiledEdge(e.id, e.to, None)
+                default = DefaultEdge(e.id, e.to)
             else:
                 edges.append(CompiledEdge(e.id, e.to, analysis.criteria[(node.id, e.id)]))
         decision = (Decision(node.action.value, node.reason)
@@ -131,16 +139,12 @@ def read_plan(path_sets: Iterable[frozenset[tuple[str, ...]]]) -> ReadPlan:
             else:
                 fields.setdefault(p[:depth], set()).add(p[depth])
 
-    def spec(prefix: tuple[str, ...]):
-        if prefix in whole:
-            return WHOLE
-        if prefix in fields:
-            return tuple(sorted(fields[prefix]))
-        return False
+    def spec(prefix: tuple[str, ...]) -> FieldSpec:
+        return WHOLE if prefix in whole else tuple(sorted(fields[prefix]))
 
-    if ("apps",) in whole:
-        apps: object = WHOLE
-    else:
-        app_ids = {p[1] for p in whole | set(fields) if p[0] == "apps" and len(p) > 1}
-        apps = {a: spec(("apps", a)) for a in sorted(app_ids)} or False
-    return ReadPlan(spec(("event",)), spec(("scores",)), spec(("metrics",)), apps)
+    records = tuple((name, spec((name,))) for name in ("event", "scores", "metrics")
+                    if (name,) in whole or (name,) in fields)
+    app_ids = sorted({p[1] for p in whole | set(fields) if p[0] == "apps" and len(p) > 1})
+    apps_read = ("apps",) in whole or bool(app_ids)
+    apps = None if ("apps",) in whole else tuple((a, spec(("apps", a))) for a in app_ids)
+    return ReadPlan(records, apps_read, apps)

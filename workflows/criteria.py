@@ -10,6 +10,7 @@ and ``apps``; scores and metrics are doubles.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import cel
 
@@ -36,7 +37,7 @@ class CompiledCriterion:
     paths: frozenset[Path]  # record fields the criterion reads
     constant: bool | None  # the value when it reads no variable, else None
 
-    def evaluate(self, activation: object) -> tuple[bool, str | None]:
+    def evaluate(self, activation: Any) -> tuple[bool, str | None]:
         """(value, error): value is False whenever error is set. Never raises."""
         try:
             value = self.program.execute(activation)

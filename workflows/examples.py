@@ -6,6 +6,7 @@ Scores run from 0 to 100. Both run on the ``order`` event with its default schem
 from __future__ import annotations
 
 from workflows.model import (
+    DecisionAction,
     DecisionNode,
     Edge,
     EventNode,
@@ -19,13 +20,14 @@ W3_METRICS = ("card_sum_5m", "card_count_5m", "merchant_avg_5m")
 
 def _decisions() -> list[DecisionNode]:
     return [
-        DecisionNode(id="block_high_score", action="block", reason="score above 90"),
-        DecisionNode(id="block_foreign", action="block",
+        DecisionNode(id="block_high_score", action=DecisionAction.block, reason="score above 90"),
+        DecisionNode(id="block_foreign", action=DecisionAction.block,
                      reason="score above 80 outside the US and Canada"),
-        DecisionNode(id="approve_reviewed", action="approve", reason="accepted in review"),
-        DecisionNode(id="block_reviewed", action="block",
+        DecisionNode(id="approve_reviewed", action=DecisionAction.approve,
+                     reason="accepted in review"),
+        DecisionNode(id="block_reviewed", action=DecisionAction.block,
                      reason="rejected in review, or not reviewed in time"),
-        DecisionNode(id="approve", action="approve", reason="score 60 or below"),
+        DecisionNode(id="approve", action=DecisionAction.approve, reason="score 60 or below"),
     ]
 
 
@@ -86,7 +88,7 @@ def w3_demo() -> Workflow:
                 Edge(id="approve_otherwise", to="approve", default=True),
             ]),
             _review(),
-            DecisionNode(id="block_velocity", action="block",
+            DecisionNode(id="block_velocity", action=DecisionAction.block,
                          reason="more than 4 payments of this card in 5 minutes"),
             *_decisions(),
         ],

@@ -1,4 +1,4 @@
-"""Graph helpers over a workflow's edges: back edges, reachability, dominators.
+"""Graph helpers over a workflow's edges: cycles, reachability, dominators.
 
 Pure functions over ``succ``: node id -> ordered list of (edge id, target id), where targets
 may name missing nodes (callers report those; here they are skipped).
@@ -11,31 +11,44 @@ from collections.abc import Mapping, Sequence
 Succ = Mapping[str, Sequence[tuple[str, str]]]
 
 
-def back_edges(succ: Succ) -> list[tuple[str, str]]:
-    """(node id, edge id) of every edge that closes a cycle, found by iterative DFS."""
-    white, grey, black = 0, 1, 2
-    colour = {n: white for n in succ}
-    found: list[tuple[str, str]] = []
+def cycle_edges(succ: Succ) -> list[tuple[str, str]]:
+    """(node id, edge id) of every edge on some cycle: both ends in one strongly connected
+    component (Kosaraju, iterative), self-loops included. Empty for an acyclic graph."""
+    finished: list[str] = []
+    seen: set[str] = set()
     for start in succ:
-        if colour[start] != white:
+        if start in seen:
             continue
-        colour[start] = grey
+        seen.add(start)
         stack = [(start, iter(succ[start]))]
         while stack:
             node, it = stack[-1]
-            for edge_id, to in it:
-                if to not in colour:
-                    continue
-                if colour[to] == grey:
-                    found.append((node, edge_id))
-                elif colour[to] == white:
-                    colour[to] = grey
+            for _, to in it:
+                if to in succ and to not in seen:
+                    seen.add(to)
                     stack.append((to, iter(succ[to])))
                     break
             else:
-                colour[node] = black
+                finished.append(node)
                 stack.pop()
-    return found
+    preds: dict[str, list[str]] = {n: [] for n in succ}
+    for n, edges in succ.items():
+        for _, to in edges:
+            if to in preds:
+                preds[to].append(n)
+    component: dict[str, int] = {}
+    for root in reversed(finished):
+        if root in component:
+            continue
+        component[root] = len(component)
+        label, todo = component[root], [root]
+        while todo:
+            for p in preds[todo.pop()]:
+                if p not in component:
+                    component[p] = label
+                    todo.append(p)
+    return [(n, edge_id) for n, edges in succ.items() for edge_id, to in edges
+            if to in component and component[to] == component[n]]
 
 
 def reachable(succ: Succ, root: str) -> set[str]:

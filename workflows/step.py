@@ -22,7 +22,14 @@ from typing import Any
 
 import cel
 
-from workflows.compiled import WHOLE, CompiledNode, CompiledWorkflow, Decision, ReadPlan
+from workflows.compiled import (
+    WHOLE,
+    CompiledNode,
+    CompiledWorkflow,
+    Decision,
+    FieldSpec,
+    ReadPlan,
+)
 from workflows.errors import InvariantViolation
 from workflows.outside import OutsideWork
 
@@ -81,7 +88,7 @@ def step(version: CompiledWorkflow, node_id: str,
     node = version.node(node_id)
     if node.default is None:
         raise InvariantViolation(f"no step after a decision (node {node_id!r})")
-    trial_list = []
+    trial_list: list[EdgeTrial] = []
     if node.edges:
         activation, failure = _activation(node.plan, StepContext.of(context))
         for edge in node.edges:
@@ -141,33 +148,28 @@ def _result(version: CompiledWorkflow, node: CompiledNode, edge_id: str, to: str
                       nxt.decision, nxt.outside)
 
 
-def _activation(plan: ReadPlan, ctx: StepContext) -> tuple[object, str | None]:
+def _activation(plan: ReadPlan, ctx: StepContext) -> tuple[cel.Context | None, str | None]:
     """A CEL context holding only the fields the node's criteria read."""
     variables: dict[str, Any] = {}
     try:
-        if plan.event is not False:
-            variables["event"] = _pick(ctx.event, plan.event, False)
-        if plan.scores is not False:
-            variables["scores"] = _pick(ctx.scores, plan.scores, True)
-        if plan.metrics is not False:
-            variables["metrics"] = _pick(ctx.metrics, plan.metrics, True)
-        if plan.apps is not False:
-            if plan.apps is WHOLE:
+        for name, fields in plan.records:
+            variables[name] = _pick(getattr(ctx, name), fields, name != "event")
+        if plan.apps_read:
+            if plan.apps is None:
                 variables["apps"] = {k: dict(v) for k, v in ctx.apps.items()}
             else:
                 apps = {}
-                for app_id, fields in plan.apps.items():
+                for app_id, app_fields in plan.apps:
                     out = ctx.apps.get(app_id)
                     if out is not None:
-                        apps[app_id] = _pick(out, fields, False)
+                        apps[app_id] = _pick(out, app_fields, False)
                 variables["apps"] = apps
         return cel.Context(variables=variables), None
     except Exception as e:  # noqa: BLE001 - unconvertible context data fails every criterion
         return None, f"{type(e).__name__}: context cannot be converted to CEL: {e}"[:300]
 
 
-def _pick(source: Mapping[str, Any], fields: tuple[str, ...] | None,
-          as_double: bool) -> dict[str, Any]:
+def _pick(source: Mapping[str, Any], fields: FieldSpec, as_double: bool) -> dict[str, Any]:
     if fields is WHOLE:
         picked = dict(source)
     else:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from workflows import graph
 from workflows.criteria import CompiledCriterion, CriterionError, compile_criterion
 from workflows.errors import Problem
-from workflows.model import ScoreNode, Workflow
+from workflows.model import Node, ScoreNode, Workflow
 from workflows.scope import edge_roots
 
 
@@ -39,17 +39,17 @@ def analyse(workflow: Workflow, *, known_metrics: Iterable[str] | None = None) -
     known_metrics = None if known_metrics is None else frozenset(known_metrics)
     a = Analysis()
     _check_ids(workflow, a)
-    nodes = {}
+    nodes: dict[str, Node] = {}
     for n in workflow.nodes:
         nodes.setdefault(n.id, n)  # the first of duplicated ids wins; duplicates are reported
     succ = {nid: [(e.id, e.to) for e in n.edges] for nid, n in nodes.items()}
 
     _check_root(workflow, nodes, a)
     _check_edges(nodes, a)
-    cyclic = graph.back_edges(succ)
+    cyclic = graph.cycle_edges(succ)
     for node_id, edge_id in cyclic:
         target = next(e.to for e in nodes[node_id].edges if e.id == edge_id)
-        a.add("cycle", f"edge to {target!r} closes a cycle", node_id, edge_id)
+        a.add("cycle", f"edge to {target!r} lies on a cycle", node_id, edge_id)
     reach = graph.reachable(succ, workflow.root)
     for nid in nodes:
         if nid not in reach:

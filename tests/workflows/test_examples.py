@@ -28,7 +28,8 @@ def test_examples_are_valid():
     ],
 )
 def test_sift_example_decisions(sift, score, country, expected_node, edge):
-    result = step(sift, "score", {"event": {"country": country}, "scores": {"payment_abuse": score}})
+    ctx = {"event": {"country": country}, "scores": {"payment_abuse": score}}
+    result = step(sift, "score", ctx)
     assert result.next_node_id == expected_node
     assert result.edge_id == edge
     assert result.trace[-1].edge_id == edge
