@@ -67,3 +67,33 @@ def test_catch_up_watch_times_out_when_stuck() -> None:
     c = CatchUp(0, 10, clock=tick)
     assert c.watch(lambda: 3, timeout_s=2.0, poll_s=0) is False
     assert CatchUp(0, 10, clock=tick).watch(lambda: 10, timeout_s=2.0) is True
+
+
+def test_cli_lists_verifies_and_prunes(tmp_path: Path, capsys) -> None:
+    from checkpoints import Checkpointer
+    from checkpoints.__main__ import main
+    from checkpoints.layout import folder_name, part_key
+
+    from .helpers import BlobStateMachine, flip_byte, part_keys
+
+    store = LocalStore(tmp_path / "s")
+    sm = BlobStateMachine()
+    for offset in (3, 4, 5):
+        sm.set(offset, "s.bin", b"state %d" % offset)
+        cp = Checkpointer(store, sm, every_entries=10, retain=5, node_id="n1")
+        cp.checkpoint(offset, writer_id=2).result(timeout=60)
+        cp.close()
+    store.put_bytes(part_key(9, "parts-x/s.bin"), b"partial")
+    assert main(["ls", store.url]) == 0
+    out = capsys.readouterr().out
+    assert "not a checkpoint: no MANIFEST.json" in out and out.count(" n1") == 3
+    flip_byte(store, part_keys(store, 5)[0], tmp_path)
+    assert main(["verify", store.url, "--offset", "5"]) == 1
+    assert main(["verify", store.url]) == 0  # the newest valid one is 4
+    assert "4: ok" in capsys.readouterr().out
+    assert main(["prune", store.url, "--retain", "1"]) == 0
+    assert list_offsets_of(store) == [folder_name(9), folder_name(5)]
+
+
+def list_offsets_of(store: LocalStore) -> list[str]:
+    return sorted(store.list_dirs(), reverse=True)
