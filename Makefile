@@ -51,3 +51,10 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .railflow bench/results
+
+# Three runner nodes (ports 8001-8003) on the infra/ cluster: Kafka log, ZooKeeper election,
+# HBase run store, S3 checkpoints. Ctrl-C stops the nodes (not the cluster).
+.PHONY: cluster-nodes
+cluster-nodes: $(STAMP)
+	$(PY) -m infra up
+	$(PY) -m runner.nodes up --nodes 3

@@ -31,16 +31,15 @@ def _secret_file(path: Path, make) -> str:
     return value
 
 
-def demo_credentials(service) -> tuple[str, str, Path]:
+def demo_credentials(data_dir: Path, auth) -> tuple[str, str, Path]:
     """The demo client key and console password, created once under the data directory."""
-    data_dir = service.settings.data_dir
     key_file = data_dir / "demo-api-key"
     key = _secret_file(key_file, lambda: "rk_" + secrets.token_urlsafe(24))
-    if service.auth.client_for_key(key) is None:
-        service.auth.create_key("demo", key)
+    if auth.client_for_key(key) is None:
+        auth.create_key("demo", key)
     password = _secret_file(data_dir / "demo-console-password", lambda: secrets.token_urlsafe(12))
-    if not service.auth.has_user("demo"):
-        service.auth.create_user("demo", password, "admin")
+    if not auth.has_user("demo"):
+        auth.create_user("demo", password, "admin")
     return key, password, key_file
 
 
@@ -63,7 +62,7 @@ def serve(
                  if v is not None}
     settings = Settings(**overrides)
     service = Service(settings)
-    key, password, key_file = demo_credentials(service)
+    key, password, key_file = demo_credentials(settings.data_dir, service.auth)
     url = settings.url
     console.print(f"[bold green]Railflow[/] {settings.mode} node {settings.node_id} serving on "
                   f"{url}  (API docs: {url}/docs)")

@@ -74,6 +74,10 @@ class Settings(BaseSettings):
     def effective_checkpoint_url(self) -> str:
         if self.checkpoint_url:
             return self.checkpoint_url
+        if self.mode == "cluster":  # shared by the nodes of one log: any may bootstrap from it
+            return (f"s3://railflow-checkpoints/{self.kafka_topic}?endpoint={endpoints.S3_ENDPOINT}"
+                    f"&region={endpoints.S3_REGION}&access_key={endpoints.S3_ACCESS_KEY}"
+                    f"&secret_key={endpoints.S3_SECRET_KEY}")
         return f"file://{(self.data_dir / self.node_id / 'checkpoints').resolve()}"
 
     @property
