@@ -171,8 +171,15 @@ class _Checker:
     def _relation(self, kids, scope):
         op_tree, rhs = kids
         op = _RELATION[op_tree.data]
-        a = self.value(op_tree.children[0], scope)
-        b = self.value(rhs, scope)
+        lhs = op_tree.children[0]
+        a, a_path = self.visit(lhs, scope)
+        b, b_path = self.visit(rhs, scope)
+        self.use(a_path)
+        self.use(b_path)
+        if op in ("==", "!=", "in"):
+            self._check_enum(a_path, rhs)
+            if op != "in":
+                self._check_enum(b_path, lhs)
         if op == "in":
             _check_in(a, b)
         elif op in ("==", "!="):
@@ -181,6 +188,23 @@ class _Checker:
         elif not _ordered(a, b):
             raise self.fail("criteria_type", f"cannot order {a} {op} {b}")
         return BOOL, None
+
+    def _check_enum(self, path: Path | None, other: Tree) -> None:
+        """A string field with known values (a review's outcome) compared with a literal that
+        is not one of them is a typo that would silently never match."""
+        if path is None or len(path) < 2:
+            return
+        record = self.roots.get(path[0])
+        for name in path[1:-1]:
+            record = record.fields.get(name) if isinstance(record, Record) else None
+        if not isinstance(record, Record) or path[-1] not in record.enums:
+            return
+        allowed = record.enums[path[-1]]
+        for literal in _string_literals(other):
+            if literal not in allowed:
+                raise self.fail("criteria_unknown",
+                                f"{'.'.join(path)} is never {literal!r} "
+                                f"(it is one of: {', '.join(sorted(allowed))})")
 
     def _addition(self, kids, scope):
         return self._arith(kids, scope)
@@ -388,6 +412,27 @@ class _Checker:
             "INT_LIT": INT, "UINT_LIT": UINT, "FLOAT_LIT": DOUBLE, "STRING_LIT": STRING,
             "MLSTRING_LIT": STRING, "BYTES_LIT": BYTES, "BOOL_LIT": BOOL, "NULL_LIT": NULL,
         }[token.type], None
+
+
+def _string_literals(node: Tree) -> list[str]:
+    """The values of a plain string literal or a list of them; [] for anything else."""
+    node = _unwrap(node)
+    if node.data == "exprlist":  # _unwrap went through a list literal's single child
+        items = [_unwrap(c) for c in node.children]
+    elif node.data == "list_lit" and node.children:
+        items = [_unwrap(c) for c in node.children[0].children]
+    else:
+        items = [node]
+    values = []
+    for item in items:
+        token = item.children[0] if item.data == "literal" else None
+        if not isinstance(token, Token) or token.type != "STRING_LIT":
+            continue
+        text = str(token)
+        if "\\" in text or text[:1] in "rR":
+            continue  # escapes and raw strings: not worth decoding here, skip the check
+        values.append(text[1:-1])
+    return values
 
 
 def _unwrap(node: Tree) -> Tree:

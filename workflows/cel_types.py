@@ -60,6 +60,7 @@ class Record:
     name: str
     fields: Mapping[str, CelType | Record]
     hints: Mapping[str, str] = field(default_factory=dict)  # field -> why it is not known here
+    enums: Mapping[str, frozenset[str]] = field(default_factory=dict)  # string field -> values
     open: bool = False
 
     def __str__(self) -> str:

@@ -5,7 +5,9 @@ work, and resumes with the output in ``StepContext.scores`` or ``StepContext.app
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from workflows.model import AppNode, Node, ReviewQueueNode, ScoreNode, WebhookNode, node_outputs
 
@@ -23,11 +25,41 @@ class OutsideWork:
     url: str | None = None  # webhook nodes
     secret_ref: str | None = None  # webhook nodes: the name of the secret, never the secret
 
+    def check_output(self, output: Mapping[str, Any]) -> list[str]:
+        """Problems of an app's answer before the runner logs it: missing or mistyped outputs,
+        a review outcome that is not one of the queue's outcomes. Extra keys are allowed."""
+        if not isinstance(output, Mapping):
+            return [f"output of {self.node_id!r} must be an object"]
+        expected = dict.fromkeys(self.scores, "double") if self.kind == "score" else dict(
+            self.outputs)
+        problems = []
+        for name, type_name in expected.items():
+            if name not in output:
+                problems.append(f"{self.node_id}: missing output {name!r}")
+            elif not _has_type(output[name], type_name):
+                problems.append(f"{self.node_id}: output {name!r} should be {type_name}, "
+                                f"got {type(output[name]).__name__}")
+        if self.kind == "review_queue" and output.get("outcome") not in self.outcomes:
+            if "outcome" in output and isinstance(output["outcome"], str):
+                problems.append(f"{self.node_id}: outcome {output['outcome']!r} is not one of "
+                                f"{', '.join(self.outcomes)}")
+        return problems
+
     def is_done(self, scores: object, apps: object) -> bool:
         """True when the context already holds this node's output (so a walk may pass it)."""
         if self.kind == "score":
             return all(s in scores for s in self.scores)  # type: ignore[operator]
         return self.node_id in apps  # type: ignore[operator]
+
+
+def _has_type(value: Any, type_name: str) -> bool:
+    if type_name == "string":
+        return isinstance(value, str)
+    if type_name == "bool":
+        return isinstance(value, bool)
+    if type_name == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, int | float) and not isinstance(value, bool)  # double
 
 
 def outside_work_of(node: Node) -> OutsideWork | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from workflows.cel_types import DOUBLE, DYN, FIELD_TYPES, STRING, AnyType, Record, map_of
-from workflows.model import OUTSIDE_KINDS, ScoreNode, Workflow, node_outputs
+from workflows.model import OUTSIDE_KINDS, ReviewQueueNode, ScoreNode, Workflow, node_outputs
 
 ROOT_NAMES = ("event", "scores", "metrics", "apps")
 
@@ -57,7 +57,9 @@ def edge_roots(
         elif node.kind in OUTSIDE_KINDS:
             if where is None:
                 outputs = {k: FIELD_TYPES[v] for k, v in node_outputs(node).items()}
-                app_fields[node.id] = Record(f"apps.{node.id}", outputs)
+                enums = ({"outcome": frozenset(node.outcomes)}
+                         if isinstance(node, ReviewQueueNode) else {})
+                app_fields[node.id] = Record(f"apps.{node.id}", outputs, enums=enums)
             else:
                 app_hints[node.id] = where
     for s in score_fields:

@@ -75,3 +75,18 @@ def test_outside_work_helpers(sift):
     assert set(sift.outside_nodes()) == {"score", "review"}
     assert sift.needs_outside_work("score") and not sift.needs_outside_work("approve")
     assert sift.outside_work("event") is None
+
+
+def test_outside_output_checks(sift):
+    score = sift.outside_work("score")
+    assert score.check_output({"payment_abuse": 12}) == []
+    assert score.check_output({"payment_abuse": True}) == [
+        "score: output 'payment_abuse' should be double, got bool"]
+    assert score.check_output({}) == ["score: missing output 'payment_abuse'"]
+    review = sift.outside_work("review")
+    assert review.check_output({"outcome": "accept", "note": "extra keys are fine"}) == []
+    assert review.check_output({"outcome": "maybe"}) == [
+        "review: outcome 'maybe' is not one of accept, reject"]
+    assert review.check_output({"outcome": 1}) == [
+        "review: output 'outcome' should be string, got int"]
+    assert review.check_output([1]) == ["output of 'review' must be an object"]

@@ -168,3 +168,20 @@ def test_node_ids_must_be_cel_identifiers(bad_id):
     wf["nodes"].append({"kind": "decision", "id": bad_id, "action": "block"})
     with pytest.raises(ValueError):
         build(wf)
+
+
+@pytest.mark.parametrize(("criteria", "bad"), [
+    ('apps.rq.outcome == "acept"', "acept"),
+    ('"rejct" != apps.rq.outcome', "rejct"),
+    ('apps.rq.outcome in ["accept", "rejekt"]', "rejekt"),
+])
+def test_review_outcome_typos_are_caught(criteria, bad):
+    wf = small()
+    wf["nodes"].append({"kind": "review_queue", "id": "rq", "queue": "q", "time_limit_ms": 1000,
+                        "edges": [edge("rq_ok", "approve", criteria),
+                                  edge("rq_default", "block", default=True)]})
+    node(wf, "check")["edges"][1]["to"] = "rq"
+    wf["nodes"].remove(node(wf, "hold"))
+    problems = validate(build(wf))
+    assert [(p.code, p.edge_id) for p in problems] == [("criteria_unknown", "rq_ok")]
+    assert bad in problems[0].message and "accept, reject" in problems[0].message
