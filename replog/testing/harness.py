@@ -257,6 +257,10 @@ class Verdict:
     unknown: int
     late_fenced_entries: int
     log_entries: int
+    writers: list[tuple[int, int]]  # (writer_id, offset of its first entry), in log order
+
+    def first_offset_by_writer_above(self, writer_id: int) -> int | None:
+        return next((o for w, o in self.writers if w > writer_id), None)
 
 
 def check_run(procs: NodeProcesses, load: Load) -> Verdict:
@@ -288,11 +292,14 @@ def check_run(procs: NodeProcesses, load: Load) -> Verdict:
         if inv.outcome == "ok" and table.get(inv.key) != inv.value:
             problems.append(f"{inv.id}: acknowledged, but {inv.key} = {table.get(inv.key)}")
     top, late = -1, 0
-    for _, e in log:
+    writers: list[tuple[int, int]] = []
+    for offset, e in log:
         late += e.writer_id < top
+        if e.writer_id > top:
+            writers.append((e.writer_id, offset))
         top = max(top, e.writer_id)
     count = {o: sum(1 for i in load.history if i.outcome == o) for o in ("ok", "fail", "info")}
-    return Verdict(problems, count["ok"], count["fail"], count["info"], late, len(log))
+    return Verdict(problems, count["ok"], count["fail"], count["info"], late, len(log), writers)
 
 
 def failover_s(load: Load, t_fault: float, old_writer: int) -> float | None:

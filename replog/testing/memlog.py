@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
+from replog.entry import Entry
 from replog.errors import AppendFailed
 from replog.protocols import Applied, Deposed, Elected, ElectionEvent
 
@@ -15,11 +16,23 @@ class MemLog:
         self.records: list[bytes] = []
         self._cv = threading.Condition()
         self.fail_appends = False
+        self.held_writers: set[int] = set()  # their appends wait, like a paused leader's
+
+    def hold(self, writer_id: int) -> None:
+        with self._cv:
+            self.held_writers.add(writer_id)
+
+    def release(self, writer_id: int) -> None:
+        with self._cv:
+            self.held_writers.discard(writer_id)
+            self._cv.notify_all()
 
     def append(self, records: Sequence[bytes]) -> None:
         if self.fail_appends:
             raise AppendFailed("injected")
+        writer_id = Entry.decode(records[0]).writer_id if records else None
         with self._cv:
+            self._cv.wait_for(lambda: writer_id not in self.held_writers)
             self.records.extend(records)
             self._cv.notify_all()
 

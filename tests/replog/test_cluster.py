@@ -45,7 +45,7 @@ def _record(name: str, **figures) -> None:
 
 def _assert_valid(verdict):
     assert not verdict.problems, "\n".join(verdict.problems)
-    assert verdict.acked > 50, "the load made too little progress to test anything"
+    assert verdict.acked > 30, "the load made too little progress to test anything"
 
 
 def test_kill_9_the_leader_under_load(nodes):
@@ -94,12 +94,7 @@ def test_sigstop_the_leader_past_its_session_timeout(nodes):
     time.sleep(3.0)
     load.stop()
     verdict = check_run(nodes, load)
-    # The old leader's clients: anything it acknowledged after waking must be an entry
-    # every replica applied (checked above); list what they saw.
     woke = [i for i in load.history if i.node == leader and t_stop <= i.t_invoke <= t_cont]
-    stale_acks = [
-        i for i in woke if i.outcome == "ok" and i.writer_id == old_writer and i.t_complete > t_cont
-    ]
     _record(
         "sigstop_leader",
         failover_s=failover_s(load, t_stop, old_writer),
@@ -111,8 +106,15 @@ def test_sigstop_the_leader_past_its_session_timeout(nodes):
         log_entries=verdict.log_entries,
     )
     _assert_valid(verdict)
-    for inv in stale_acks:  # acknowledged by the frozen leader: only entries from before
-        assert inv.t_invoke < t_stop + SESSION_TIMEOUT_S
+    # The frozen leader's writes after the new leader's first entry were never acknowledged.
+    first_new = verdict.first_offset_by_writer_above(old_writer)
+    assert first_new is not None
+    late_acks = [
+        i
+        for i in load.history
+        if i.outcome == "ok" and i.writer_id == old_writer and i.offset > first_new
+    ]
+    assert not late_acks, late_acks[:3]
 
 
 @pytest.mark.skipif(

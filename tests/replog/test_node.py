@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from replog import Fenced, Node, NotLeader, Role
+from replog import AppendFailed, Fenced, Node, NotLeader, Role
 from replog.entry import Entry
 from replog.filelog import FileLog
 from replog.single import SingleNodeElection
@@ -70,28 +70,48 @@ def test_follower_forwards_and_reads_its_own_write(cluster):
     assert b.applied_offset >= applied.offset and b.sm.get("n") == 5
 
 
-def test_deposed_leader_fails_pending_and_new_leader_fences_it(cluster):
+def test_deposed_leader_fails_pending_and_its_late_write_is_fenced(cluster):
     log, (a, b, c) = cluster
     a.election.elect(1)
     assert wait_for(lambda: a.is_leader)
-    log.fail_appends = True  # hold a's requests: nothing reaches the log
-    fut = a.submit(ops.KIND, ops.put("lost", 1), 5)
-    assert wait_for(lambda: fut.done())  # the append failed
-    log.fail_appends = False
-    pending = a.submit(ops.KIND, ops.put("x", 1), 5)
+    log.hold(1)  # writer 1 freezes inside its append, like a leader in a GC pause
+    pending = a.submit(ops.KIND, ops.put("late", 1), 5)
     b.election.elect(2)
     assert wait_for(lambda: b.is_leader)
     assert wait_for(lambda: a.role is Role.FOLLOWER)  # fenced by writer 2 in the log
-    with pytest.raises((Fenced, NotLeader)):
+    with pytest.raises(Fenced):
         pending.result(WAIT_S)
-    # A late write by the old writer lands after the new leader's entry: ignored everywhere.
-    late = Entry(-1, 1, 0, ops.KIND, ops.put("late", 1), 10_000).encode()
-    log.append([late])
+    before = len(log.records)
+    log.release(1)  # the late write lands after the new leader's entries
+    assert wait_for(lambda: len(log.records) > before)
     ok = b.submit(ops.KIND, ops.put("after", 2), 5).result(WAIT_S)
     for n in (a, b, c):
         assert n.wait_applied(ok.offset, WAIT_S)
         assert n.sm.get("late") is None and n.sm.get("after") == 2
     assert a.sm.digest() == b.sm.digest() == c.sm.digest()
+
+
+def test_failed_append_fails_the_request(cluster):
+    log, (a, b, c) = cluster
+    a.election.elect(1)
+    assert wait_for(lambda: a.is_leader)
+    log.fail_appends = True
+    with pytest.raises(AppendFailed):
+        a.submit(ops.KIND, ops.put("x", 1), 5).result(WAIT_S)
+    log.fail_appends = False
+    assert a.submit(ops.KIND, ops.put("x", 2), 5).result(WAIT_S).effects[0]["value"] == 2
+
+
+def test_explicit_deposition_fails_pending_with_not_leader(cluster):
+    log, (a, b, c) = cluster
+    a.election.elect(1)
+    assert wait_for(lambda: a.is_leader)
+    log.hold(1)
+    pending = a.submit(ops.KIND, ops.put("y", 1), 5)
+    a.election.depose("session lost")
+    with pytest.raises(NotLeader):
+        pending.result(WAIT_S)
+    log.release(1)
 
 
 def test_submit_on_follower_without_leader_fails_fast(cluster):
