@@ -2,8 +2,9 @@
 
 Writes go in two steps as WebHDFS requires: the NameNode answers CREATE with a redirect to a
 DataNode, and the file body is streamed there. HDFS shows a file while it is being written, so
-``put_bytes`` writes a temporary name and renames it into place. When the DataNode advertises a
-host name this machine cannot resolve, pass ``datanode_host`` to rewrite redirects.
+``put_bytes`` writes a temporary name and renames it into place (rename2, overwriting). When
+the DataNode advertises a host name this machine cannot resolve, pass ``datanode_host`` to
+rewrite redirects.
 """
 
 from __future__ import annotations
@@ -102,11 +103,21 @@ class WebHdfsStore:
         folder, _, base = key.rpartition("/")
         tmp = f"{folder}/.{base}.tmp-{uuid.uuid4().hex[:8]}".lstrip("/")
         self._create(tmp, data)
-        self.delete_file(key)  # RENAME does not overwrite; the manifest is briefly absent
-        resp = self._call(
-            "PUT", tmp, "RENAME", params={"destination": f"{self.root.rstrip('/')}/{key}"}
-        )
-        if resp.json().get("boolean") is not True:
+        # RENAME with OVERWRITE (HDFS rename2) replaces an existing manifest atomically.
+        try:
+            resp = self._call(
+                "PUT",
+                tmp,
+                "RENAME",
+                params={
+                    "destination": f"{self.root.rstrip('/')}/{key}",
+                    "renameoptions": "OVERWRITE",
+                },
+            )
+        except Exception:
+            self.delete_file(tmp)
+            raise
+        if resp.content and resp.json().get("boolean") is False:
             self.delete_file(tmp)
             raise CheckpointStoreError(f"{self.url}/{key}: RENAME refused")
 

@@ -215,3 +215,21 @@ def test_two_writers_at_the_same_offset_leave_a_valid_checkpoint(store, tmp_path
     restored = BlobStateMachine()
     assert bootstrap(store, restored, scratch_root=tmp_path) == 7
     assert restored.digest() == sm.digest()
+
+
+def test_store_primitives(store, tmp_path: Path) -> None:
+    key = f"{folder_name(1)}/{'MANIFEST.json'}"
+    assert not store.exists(key)
+    with pytest.raises(FileNotFoundError):
+        store.get_bytes(key, 100)
+    store.put_bytes(key, b"first")
+    store.put_bytes(key, b"second")  # replaces in one step (S3 PUT, rename2, os.replace)
+    assert store.exists(key) and store.get_bytes(key, 100) == b"second"
+    with pytest.raises(ValueError):
+        store.get_bytes(key, 3)
+    with pytest.raises(FileNotFoundError):
+        store.get_file(f"{folder_name(1)}/nope", tmp_path / "x")
+    assert store.list_dirs() == [folder_name(1)]
+    store.delete_dir(folder_name(1))
+    store.delete_file(key)  # already gone: no error
+    assert store.list_dirs() == [] and not store.exists(key)
