@@ -37,6 +37,7 @@ poll_timeout_s = 0.02  # bounds how late a request timeout fires when the log is
 records_per_poll_max = 1000
 forward_threads_max = 32
 appender_idle_wait_s = 0.1
+append_retry_backoff_s = 0.05  # after a failed append, so a down log is not hammered
 
 
 class Checkpointer(Protocol):
@@ -189,6 +190,7 @@ class Node:
                 with self._lock:
                     completions = self.core.append_failed([x.seq for x in batch], str(e))
                 self._resolve(completions)
+                time.sleep(append_retry_backoff_s)
 
     def _loop(self) -> None:
         try:
@@ -215,6 +217,7 @@ class Node:
     def _process(self, entry: Entry) -> None:
         with self._lock:
             step = self.core.begin(entry)
+        self._applied = self.core.applied_offset  # readers see it before acks go out
         self._resolve(step.completions)
         if not step.apply:
             return

@@ -1,0 +1,38 @@
+"""The Kafka adapter's failure mapping, against a broker that is not there (no cluster)."""
+
+import pytest
+
+from replog import AppendFailed, AppendTimeout, Node
+from replog.kafka import KafkaLog
+from replog.single import SingleNodeElection
+from replog.testing import ops
+from replog.testing.dictkv import DictKV
+
+DEAD_BROKER = "127.0.0.1:1"  # nothing listens on port 1
+
+
+def test_append_to_an_unreachable_broker_fails_instead_of_hanging():
+    log = KafkaLog(DEAD_BROKER, "t", create=False, **{"message.timeout.ms": 300})
+    with pytest.raises((AppendFailed, AppendTimeout)):
+        log.append([b"x"])
+
+
+def test_reader_on_an_unreachable_broker_returns_nothing():
+    log = KafkaLog(DEAD_BROKER, "t", create=False, **{"message.timeout.ms": 300})
+    reader = log.open_reader(0)
+    assert reader.poll(0.2, 10) == []
+    reader.close()
+
+
+def test_node_whose_log_is_down_fails_requests_and_never_acknowledges():
+    log = KafkaLog(DEAD_BROKER, "t", create=False, **{"message.timeout.ms": 300})
+    node = Node(DictKV(), log, SingleNodeElection(), node_id="n", advertise_url="x")
+    node.start()
+    try:
+        fut = node.submit(ops.KIND, ops.put("k", 1), timeout_s=2.0)
+        # LeaderStarted cannot be appended, so the request waits queued and times out.
+        with pytest.raises(AppendTimeout):
+            fut.result(10)
+        assert not node.is_leader and node.sm.get("k") is None
+    finally:
+        node.stop()
