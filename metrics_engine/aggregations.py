@@ -7,8 +7,9 @@ value to ``remove`` that they passed to ``add`` for that position.
 
 - ``Count``: n and the time of the latest event (COUNT, TIME_SINCE_LAST).
 - ``Moments``: exact integer power sums (SUM, AVG, STDDEV, VARIANCE, SKEWNESS). Integers stay
-  integers; a float is turned into an exact integer scaled by 2**1074, so sums never drift and
-  do not depend on the history of adds and removes. Results are rounded once, at the end.
+  integers; floats are turned into exact integers scaled by a power of two (the finest one in
+  the window), so sums never drift and do not depend on the history of adds and removes.
+  Results are rounded once, at the end.
 - ``Extreme``: a monotonic deque of (pos, value), O(1) amortised per event (MIN, MAX).
 - ``Distinct``: value -> multiplicity (COUNT DISTINCT).
 - ``Fifo``: the window's values in order (OLDEST); ``Recent``: the last value (RECENT).
@@ -30,18 +31,9 @@ from typing import Any
 
 from metrics_engine.errors import InvariantViolation
 
-FLOAT_SCALE_BITS = 1074  # 2**-1074 is the smallest positive double: every double * 2**1074 is an int
-
-
 def _numeric(v: Any) -> bool:
     t = type(v)
     return t is int or (t is float and math.isfinite(v)) or t is bool
-
-
-def _scaled(v: float) -> int:
-    """The double ``v`` times 2**1074, exactly."""
-    num, den = v.as_integer_ratio()
-    return num << (FLOAT_SCALE_BITS - den.bit_length() + 1)
 
 
 class Count:
@@ -77,43 +69,57 @@ class Count:
 class Moments:
     """Exact power sums of order 1..``order`` of the numeric values in the window."""
 
-    __slots__ = ("n", "nf", "f", "s1", "s2", "s3", "order")
+    __slots__ = ("n", "fx", "f", "s1", "s2", "s3", "order")
     kind = "moments"
 
     def __init__(self, order: int = 3):
         self.order = order
         self.n = 0
-        self.nf = 0  # floats in the window; the sums are scaled by 2**f, f > 0 iff nf > 0
+        # Floats in the window by binary exponent k (the value is an integer times 2**-k).
+        # The sums are scaled by 2**f with f = max(fx): every value in the window is then an
+        # exact integer, and f goes back to 0 when the last float leaves.
+        self.fx: dict[int, int] | None = None
         self.f = 0
         self.s1 = self.s2 = self.s3 = 0
 
-    def _lift(self, v) -> int:
-        if type(v) is float:
-            if self.f == 0:
-                self._rescale(FLOAT_SCALE_BITS)
-            return _scaled(v)
-        return int(v) << self.f if self.f else int(v)
-
     def _rescale(self, f: int):
-        """Scale the sums to 2**f (up when a float arrives, down when the last one leaves)."""
         d = f - self.f
         if d > 0:
             self.s1 <<= d
             self.s2 <<= 2 * d
             self.s3 <<= 3 * d
-        else:
+        elif d < 0:
             self.s1 >>= -d
             self.s2 >>= -2 * d
             self.s3 >>= -3 * d
         self.f = f
 
+    def _lift(self, v, delta: int):
+        """The exact scaled integer of ``v`` (None if not a finite number); counts floats."""
+        t = type(v)
+        if t is int or t is bool:
+            return int(v) << self.f
+        if t is not float or not math.isfinite(v):
+            return None
+        num, den = v.as_integer_ratio()
+        k = den.bit_length() - 1
+        fx = self.fx
+        if fx is None:
+            fx = self.fx = {}
+        c = fx.get(k, 0) + delta
+        if c:
+            fx[k] = c
+        else:
+            del fx[k]
+        if k > self.f:
+            self._rescale(k)
+        return num << (self.f - k)
+
     def add(self, v, ts, pos):
-        if not _numeric(v):
+        x = v if type(v) is int and not self.f else self._lift(v, 1)
+        if x is None:
             return
-        x = self._lift(v)
         self.n += 1
-        if type(v) is float:
-            self.nf += 1
         self.s1 += x
         if self.order > 1:
             xx = x * x
@@ -122,9 +128,9 @@ class Moments:
                 self.s3 += xx * x
 
     def remove(self, v, ts, pos):
-        if not _numeric(v):
+        x = v if type(v) is int and not self.f else self._lift(v, -1)
+        if x is None:
             return
-        x = self._lift(v)
         self.n -= 1
         self.s1 -= x
         if self.order > 1:
@@ -132,10 +138,10 @@ class Moments:
             self.s2 -= xx
             if self.order > 2:
                 self.s3 -= xx * x
-        if type(v) is float:
-            self.nf -= 1
-            if self.nf == 0:  # only integers left: exact integer sums again
-                self._rescale(0)
+        if self.f:
+            f = max(self.fx) if self.fx else 0
+            if f < self.f:  # the finest float left: coarser scale, still exact
+                self._rescale(f)
         if self.n == 0 and (self.s1 or self.s2 or self.s3):
             raise InvariantViolation("power sums are not zero in an empty window")
 
@@ -143,7 +149,8 @@ class Moments:
         return self.n == 0
 
     def canon(self):
-        return (self.n, self.nf, self.f, self.s1, self.s2, self.s3, self.order)
+        fx = tuple(sorted(self.fx.items())) if self.fx else ()
+        return (self.n, fx, self.f, self.s1, self.s2, self.s3, self.order)
 
 
 class Extreme:
@@ -303,7 +310,7 @@ class Ratio:
 def _sum(m, ts):
     if m is None or m.n == 0:
         return None
-    return m.s1 if m.f == 0 else m.s1 / (1 << m.f)
+    return m.s1 / (1 << m.f) if m.fx else m.s1  # a float in the window: a float sum
 
 
 def _avg(m, ts):

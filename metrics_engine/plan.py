@@ -15,12 +15,13 @@ The caller (engine.py or offline.py) owns the reservoirs and the state store and
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from graphlib import TopologicalSorter
 from typing import Any
 
-from metrics_engine.aggregations import FINALIZERS, STATE_OF, new_state
+from metrics_engine.aggregations import CLASSES, FINALIZERS, STATE_OF, new_state
 from metrics_engine.errors import InvariantViolation
 from metrics_engine.language import MetricDef, WindowSpec
 from metrics_engine.predicates import compile_expr, render
@@ -158,6 +159,10 @@ class StateNode:
     def make(self):
         return new_state(self.kind, self.arg)
 
+    def maker(self) -> Callable:
+        return functools.partial(CLASSES[self.kind], self.arg) if self.arg is not None \
+            else CLASSES[self.kind]
+
 
 class GroupNode:
     def __init__(self, filter_id: str, fields: tuple[str, ...]):
@@ -174,7 +179,7 @@ class GroupNode:
         self._slots: list[tuple] = []
 
     def refresh(self) -> None:
-        self._slots = [(s.sid, s.make, s.field if s.predicate is None else None, s.value)
+        self._slots = [(s.sid, s.maker(), s.field if s.predicate is None else None, s.value)
                        for s in self.states]
 
 
@@ -197,38 +202,59 @@ class WindowNode:
         self.filters: list[FilterNode] = []
         self.tail: Cursor | None = None
         self.head: Cursor | None = None
+        self._route: list = []
 
-    def insert(self, ev, ts, pos, only: StateNode | None = None) -> None:
+    def refresh(self) -> None:
+        """Precompute the routes of an event: (filter, [(gid, key function, state slots)])."""
+        for f in self.filters:
+            for g in f.groups:
+                g.refresh()
+        self._route = [(f.pred, [(g.gid, g.key_fn, g._slots) for g in f.groups])
+                       for f in self.filters]
+
+    def insert(self, ev, ts, pos) -> None:
         if pos < self.start_pos:
             return
         get = self.store.get
-        for flt in self.filters:
-            pred = flt.pred
+        for pred, groups in self._route:
             if pred is not None and not pred(ev):
                 continue
-            for g in flt.groups:
-                b = get(g.gid, g.key_fn(ev))
-                for sid, make, field, value in g._slots:
-                    if only is not None and sid != only.sid:
-                        continue
+            for gid, key_fn, slots in groups:
+                b = get(gid, key_fn(ev))
+                for sid, make, field, value in slots:
                     st = b.get(sid)
                     if st is None:
                         st = b[sid] = make()
                     st.add(ev.get(field) if field is not None else value(ev), ts, pos)
 
+    def insert_only(self, ev, ts, pos, only: StateNode) -> None:
+        """Insert into one state node (filling a node added to a running window)."""
+        if pos < self.start_pos:
+            return
+        for flt in self.filters:
+            if flt.pred is not None and not flt.pred(ev):
+                continue
+            for g in flt.groups:
+                if only in g.states:
+                    b = self.store.get(g.gid, g.key_fn(ev))
+                    st = b.get(only.sid)
+                    if st is None:
+                        st = b[only.sid] = only.make()
+                    st.add(only.value(ev), ts, pos)
+
     def evict(self, ev, ts, pos) -> None:
         if pos < self.start_pos:
             return
         store = self.store
-        for flt in self.filters:
-            pred = flt.pred
+        get = store.get
+        for pred, groups in self._route:
             if pred is not None and not pred(ev):
                 continue
-            for g in flt.groups:
-                key = g.key_fn(ev)
-                b = store.get(g.gid, key)
+            for gid, key_fn, slots in groups:
+                key = key_fn(ev)
+                b = get(gid, key)
                 empty = True
-                for sid, make, field, value in g._slots:
+                for sid, make, field, value in slots:
                     st = b.get(sid)
                     if st is None:
                         raise InvariantViolation(f"evicting from a missing state {sid}")
@@ -236,7 +262,7 @@ class WindowNode:
                     if empty and not st.empty():
                         empty = False
                 if empty:
-                    store.delete(g.gid, key)
+                    store.delete(gid, key)
 
 
 class MetricNode:
@@ -261,6 +287,8 @@ class StreamPlan:
         return min(c.pos for c in self.cursors.values())
 
     def refresh(self, metrics: dict[str, MetricNode]) -> None:
+        for w in self.windows.values():
+            w.refresh()
         deps = {c.spec: set() for c in self.cursors.values()}
         for w in self.windows.values():
             if w.head is not None:
@@ -318,6 +346,7 @@ class Plan:
         m = MetricNode(d, w, flt, g, s)
         s.metrics.append(m)
         self.metrics[d.name] = m
+        w.refresh()
         if new_window:
             if recovery is None:
                 self._fill_new_window(sp, w)
@@ -396,7 +425,7 @@ class Plan:
         """Fill a new state node of an existing window with the window's current events."""
         start = max(w.start_pos, w.head.pos if w.head is not None else w.start_pos)
         for pos, ts, ev in scan(sp.res, start, w.tail.pos):
-            w.insert(ev, ts, pos, only=s)
+            w.insert_only(ev, ts, pos, s)
 
     def remove(self, name: str) -> None:
         m = self.metrics.pop(name)

@@ -54,6 +54,17 @@ class StateStore:
             opts.create_if_missing(True)
             self.db = Rdict(str(path), opts)
             self._opts = opts
+        # True while the cache holds every bundle the database holds: a cache miss is then a
+        # miss in the database too, and no lookup is needed (most keys are new in a window).
+        self.complete = True
+        if self.db is not None:
+            for raw, value in self.db.items():
+                if len(self.cache) >= cache_entries_max:
+                    self.complete = False
+                    break
+                b = Bundle(pickle.loads(value))
+                b.in_db = True
+                self.cache[decode_key(raw)] = b
 
     def get(self, gid: str, key: Any) -> Bundle:
         """The bundle of (gid, key), created empty if missing."""
@@ -72,7 +83,7 @@ class StateStore:
     def peek(self, gid: str, key: Any) -> Bundle | None:
         ck = (gid, key)
         b = self.cache.get(ck)
-        if b is None and self.db is not None:
+        if b is None and not self.complete:
             b = self._load(ck)
             if b is not None:
                 self.cache[ck] = b
@@ -86,7 +97,7 @@ class StateStore:
             self.db.delete(encode_key(gid, key))
 
     def _load(self, ck) -> Bundle | None:
-        if self.db is None:
+        if self.complete:
             return None
         raw = self.db.get(encode_key(*ck))
         if raw is None:
@@ -96,6 +107,9 @@ class StateStore:
         return b
 
     def _evict(self) -> None:
+        if self.db is None:
+            return  # memory-only: nowhere to spill
+        self.complete = False
         n = max(1, len(self.cache) // EVICT_FRACTION)
         batch = WriteBatch(raw_mode=True)
         it = iter(self.cache)
