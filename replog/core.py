@@ -16,6 +16,7 @@ applied it, so it serves from a state that includes every entry before its own.
 from __future__ import annotations
 
 import enum
+import heapq
 from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -93,6 +94,8 @@ class ReplicaCore:
         self._outbox: deque[int] = deque()
         self._drafts: dict[int, _Draft] = {}  # queued or in flight, by seq
         self._leader_started_seq: int | None = None
+        self._deadlines: list[tuple[int, int]] = []  # heap of (deadline_ms, seq)
+        self._pending = 0  # drafts that have a caller
 
     # -- state --------------------------------------------------------------------------
     @property
@@ -106,7 +109,7 @@ class ReplicaCore:
 
     @property
     def pending_count(self) -> int:
-        return sum(1 for d in self._drafts.values() if d.deadline_ms is not None)
+        return self._pending
 
     # -- election -----------------------------------------------------------------------
     def elected(self, writer_id: int) -> tuple[bool, list[Completion]]:
@@ -147,7 +150,10 @@ class ReplicaCore:
         if self.pending_count >= self.limits.pending_requests_max:
             raise Overloaded(f"{self.limits.pending_requests_max} requests pending")
         seq = self._new_seq()
-        self._drafts[seq] = _Draft(seq, kind, payload, now_ms + timeout_ms)
+        deadline = now_ms + timeout_ms
+        self._drafts[seq] = _Draft(seq, kind, payload, deadline)
+        heapq.heappush(self._deadlines, (deadline, seq))
+        self._pending += 1
         self._outbox.append(seq)
         return seq
 
@@ -196,19 +202,18 @@ class ReplicaCore:
                     self._outbox.appendleft(new_seq)
                     self._leader_started_seq = new_seq
                 continue
+            self._pending -= 1
             out.append(Completion(seq, error=AppendFailed(error)))
         return out
 
     def expire(self, now_ms: int) -> list[Completion]:
         """Fail requests whose deadline passed (they may still be applied later)."""
-        late = [
-            seq
-            for seq, d in self._drafts.items()
-            if d.deadline_ms is not None and d.deadline_ms <= now_ms
-        ]
         out = []
-        for seq in late:
-            del self._drafts[seq]
+        while self._deadlines and self._deadlines[0][0] <= now_ms:
+            _, seq = heapq.heappop(self._deadlines)
+            if self._drafts.pop(seq, None) is None:
+                continue  # already completed
+            self._pending -= 1
             out.append(Completion(seq, error=AppendTimeout("not applied before the deadline")))
         return out
 
@@ -248,6 +253,7 @@ class ReplicaCore:
         draft = self._drafts.pop(entry.seq, None)
         if draft is None:  # timed out or failed before it was applied
             return []
+        self._pending -= 1
         return [Completion(entry.seq, result=Applied(entry.offset, entry.writer_id, effects))]
 
     # -- helpers ------------------------------------------------------------------------
@@ -262,6 +268,7 @@ class ReplicaCore:
         draft = self._drafts.pop(entry.seq, None)
         if draft is None or draft.deadline_ms is None:
             return []
+        self._pending -= 1
         return [Completion(entry.seq, error=error)]
 
     def _fail_all(self, error: ReplogError) -> list[Completion]:
@@ -270,4 +277,6 @@ class ReplicaCore:
         ]
         self._drafts.clear()
         self._outbox.clear()
+        self._deadlines.clear()
+        self._pending = 0
         return out
