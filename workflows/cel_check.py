@@ -58,6 +58,19 @@ class CheckResult:
     # Record paths the criterion reads, e.g. ("event", "country"), ("apps", "review", "outcome");
     # a shorter path such as ("event",) means the whole record is read (dynamic index, size()).
     paths: frozenset[Path]
+    # When every read is a plain field selection: (start, end, path) of each one in the
+    # source, so the caller may bind fields as flat variables; None otherwise (has(), size()).
+    selections: tuple[tuple[int, int, Path], ...] | None
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """A sub-expression that is a pure record path; ``leaf`` when it selects a value field."""
+
+    path: Path
+    start: int
+    end: int
+    leaf: bool
 
 
 def parse(source: str) -> Tree:
@@ -80,11 +93,12 @@ def check(source: str, roots: dict[str, AnyType]) -> CheckResult:
     """Type-check ``source`` against the root records; the result must be bool (or dyn)."""
     tree = parse(source)
     checker = _Checker(roots)
-    t, path = checker.visit(tree, {})
-    checker.use(path)
+    t, ref = checker.visit(tree, {})
+    checker.use(ref)
     if t not in (BOOL, DYN):
         raise CheckError("criteria_type", f"a criterion must be bool, this one is {t}")
-    return CheckResult(type=t, paths=frozenset(checker.paths))
+    selections = tuple(sorted(checker.selections)) if checker.flattenable else None
+    return CheckResult(type=t, paths=frozenset(checker.paths), selections=selections)
 
 
 def _first_line(e: Exception) -> str:
@@ -122,31 +136,40 @@ class _Checker:
     def __init__(self, roots: dict[str, AnyType]):
         self.roots = roots
         self.paths: set[Path] = set()
+        self.selections: set[tuple[int, int, Path]] = set()
+        self.flattenable = True
 
-    def use(self, path: Path | None) -> None:
-        if path is not None:
-            self.paths.add(path)
+    def use(self, ref: _Ref | None, flat: bool = True) -> None:
+        if ref is None:
+            return
+        self.paths.add(ref.path)
+        if flat and ref.leaf:
+            self.selections.add((ref.start, ref.end, ref.path))
+        else:
+            self.flattenable = False
 
     def fail(self, code: str, message: str) -> CheckError:
         return CheckError(code, message)
 
-    # Each visit returns (type, path): path is set while the expression is a pure record path
+    # Each visit returns (type, ref): ref is set while the expression is a pure record path
     # such as event.country, so a parent can extend it; any other use records it as read.
-    def visit(self, node: Tree, scope: dict[str, AnyType]) -> tuple[AnyType, Path | None]:
+    def visit(self, node: Tree, scope: dict[str, AnyType]) -> tuple[AnyType, _Ref | None]:
         kind = node.data
         kids = node.children
         if kind in ("expr", "conditionalor", "conditionaland", "relation", "addition",
                     "multiplication", "unary", "member", "primary",
                     "paren_expr") and len(kids) == 1:
             return self.visit(kids[0], scope)
+        if kind == "member_dot":
+            return self._member_dot(node, scope)
         method = getattr(self, f"_{kind}", None)
         if method is None:
             raise self.fail("criteria_unsupported", f"unsupported CEL construct: {kind}")
         return method(kids, scope)
 
     def value(self, node: Tree, scope: dict[str, AnyType]) -> AnyType:
-        t, path = self.visit(node, scope)
-        self.use(path)
+        t, ref = self.visit(node, scope)
+        self.use(ref)
         return t
 
     def _expr(self, kids, scope):
@@ -177,9 +200,9 @@ class _Checker:
         self.use(a_path)
         self.use(b_path)
         if op in ("==", "!=", "in"):
-            self._check_enum(a_path, rhs)
+            self._check_enum(a_path.path if a_path else None, rhs)
             if op != "in":
-                self._check_enum(b_path, lhs)
+                self._check_enum(b_path.path if b_path else None, lhs)
         if op == "in":
             _check_in(a, b)
         elif op in ("==", "!="):
@@ -241,17 +264,18 @@ class _Checker:
             raise self.fail("criteria_type", f"unary - needs int or double, not {t}")
         return t, None
 
-    def _member_dot(self, kids, scope):
-        base, name = kids[0], str(kids[1])
-        t, path = self.visit(base, scope)
+    def _member_dot(self, node, scope):
+        base, name = node.children[0], str(node.children[1])
+        t, ref = self.visit(base, scope)
         if isinstance(t, Record):
             if name in t.fields:
-                return t.fields[name], (path + (name,) if path is not None else None)
+                field = t.fields[name]
+                return field, _extend(ref, name, node, field)
             if t.open:
-                self.use(path)
+                self.use(ref)
                 return DYN, None
             raise self.fail("criteria_unknown", _unknown_field(t, name))
-        self.use(path)
+        self.use(ref)
         if t == DYN:
             return DYN, None
         if t.name == "map":
@@ -305,12 +329,15 @@ class _Checker:
         if len(args) not in want or not _is_ident(args[0]):
             raise self.fail("criteria_syntax", f"{name}() needs a variable name and an expression")
         var = _ident_name(args[0])
+        if var.startswith("_rf_"):
+            raise self.fail("criteria_syntax", "names starting with _rf_ are reserved")
         if t == DYN:
             elem: AnyType = DYN
         elif isinstance(t, Record) or t.name == "map":
             elem = STRING if isinstance(t, Record) else t.key
             if isinstance(t, Record):
                 self.paths.add(_record_path(t))
+                self.flattenable = False
         elif t.name == "list":
             elem = t.elem
         else:
@@ -335,7 +362,7 @@ class _Checker:
             return scope[name], None
         if name in self.roots:
             t = self.roots[name]
-            return t, ((name,) if isinstance(t, Record) else None)
+            return t, (_Ref((name,), -1, -1, False) if isinstance(t, Record) else None)
         if name in ("int", "uint", "double", "string", "bool", "bytes", "list", "map",
                     "null_type", "type"):
             return TYPE, None
@@ -355,8 +382,8 @@ class _Checker:
             if len(args) != 1 or not _is_select(args[0]):
                 raise self.fail("criteria_syntax",
                                 "has() needs one field selection, e.g. has(event.ip)")
-            t, path = self._has_target(args[0], scope)
-            self.use(path)
+            t, ref = self._has_target(args[0], scope)
+            self.use(ref, flat=False)
             return BOOL, None
         types = [self.value(a, scope) for a in args]
         if name == "size" and len(types) == 1:
@@ -377,14 +404,14 @@ class _Checker:
         """has(a.b): a must type-check; b need not exist on open records or maps."""
         node = _unwrap(node)
         base, name = node.children[0], str(node.children[1])
-        t, path = self.visit(base, scope)
+        t, ref = self.visit(base, scope)
         if isinstance(t, Record):
             if name in t.fields:
-                return t.fields[name], (path + (name,) if path is not None else None)
+                return t.fields[name], _extend(ref, name, node, t.fields[name])
             if t.open:
-                return DYN, path
+                return DYN, ref
             raise self.fail("criteria_unknown", _unknown_field(t, name))
-        self.use(path)
+        self.use(ref, flat=False)
         if t != DYN and t.name != "map":
             raise self.fail("criteria_type", f"has() needs a field of a map, not of {t}")
         return DYN, None
@@ -452,6 +479,13 @@ def _is_ident(node: Tree) -> bool:
 
 def _ident_name(node: Tree) -> str:
     return str(_unwrap(node).children[0])
+
+
+def _extend(ref: _Ref | None, name: str, node: Tree, field: AnyType) -> _Ref | None:
+    if ref is None:
+        return None
+    meta = node.meta
+    return _Ref(ref.path + (name,), meta.start_pos, meta.end_pos, not isinstance(field, Record))
 
 
 def _record_path(t: Record) -> Path:

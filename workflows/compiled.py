@@ -13,14 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from workflows.activation import ReadPlan, read_plan
 from workflows.criteria import CompiledCriterion
 from workflows.errors import UnknownNode, WorkflowInvalid
 from workflows.model import DecisionNode, Workflow
 from workflows.outside import OutsideWork, outside_work_of
 from workflows.validate import analyse
-
-WHOLE = None  # in a read plan: convert the whole record
-FieldSpec = tuple[str, ...] | None  # the fields to convert, or WHOLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +38,6 @@ class CompiledEdge:
 class DefaultEdge:
     id: str
     to: str
-
-
-@dataclass(frozen=True, slots=True)
-class ReadPlan:
-    """What a node's criteria read: (record, fields) for event/scores/metrics, and for apps
-    either WHOLE or (node id, fields) pairs. A record absent from the plan is not read."""
-
-    records: tuple[tuple[str, FieldSpec], ...] = ()
-    apps_read: bool = False
-    apps: tuple[tuple[str, FieldSpec], ...] | None = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,30 +109,7 @@ def compile_version(
                 edges.append(CompiledEdge(e.id, e.to, analysis.criteria[(node.id, e.id)]))
         decision = (Decision(node.action.value, node.reason)
                     if isinstance(node, DecisionNode) else None)
-        plan = read_plan(c.criteria.paths for c in edges)
+        plan = read_plan([c.criteria for c in edges])
         nodes[node.id] = CompiledNode(node.id, node.kind, tuple(edges), default, decision,
                                       outside_work_of(node), plan)
     return CompiledWorkflow(workflow, version, nodes)
-
-
-def read_plan(path_sets: Iterable[frozenset[tuple[str, ...]]]) -> ReadPlan:
-    """Merge the record paths of a node's criteria into one plan."""
-    whole: set[tuple[str, ...]] = set()
-    fields: dict[tuple[str, ...], set[str]] = {}
-    for paths in path_sets:
-        for p in paths:
-            depth = 2 if p[0] == "apps" else 1  # apps.<node>.<field>, event.<field>
-            if len(p) <= depth:
-                whole.add(p)
-            else:
-                fields.setdefault(p[:depth], set()).add(p[depth])
-
-    def spec(prefix: tuple[str, ...]) -> FieldSpec:
-        return WHOLE if prefix in whole else tuple(sorted(fields[prefix]))
-
-    records = tuple((name, spec((name,))) for name in ("event", "scores", "metrics")
-                    if (name,) in whole or (name,) in fields)
-    app_ids = sorted({p[1] for p in whole | set(fields) if p[0] == "apps" and len(p) > 1})
-    apps_read = ("apps",) in whole or bool(app_ids)
-    apps = None if ("apps",) in whole else tuple((a, spec(("apps", a))) for a in app_ids)
-    return ReadPlan(records, apps_read, apps)

@@ -36,18 +36,43 @@ class CompiledCriterion:
     program: cel.Program
     paths: frozenset[Path]  # record fields the criterion reads
     constant: bool | None  # the value when it reads no variable, else None
+    # Flat variable name -> record path, when the program reads fields as flat variables
+    # (``event.country`` compiled as one variable): converting scalars into CEL is several
+    # times cheaper than converting nested maps. Empty when it reads the records themselves.
+    flat: tuple[tuple[str, Path], ...] = ()
 
     def evaluate(self, activation: Any) -> tuple[bool, str | None]:
         """(value, error): value is False whenever error is set. Never raises."""
         try:
             value = self.program.execute(activation)
         except Exception as e:  # noqa: BLE001 - any runtime failure counts as false, by design
-            return False, _error_text(e)
+            return False, self._readable(_error_text(e))
         if value is True:
             return True, None
         if value is False:
             return False, None
         return False, _error_text(TypeError(f"criterion gave {type(value).__name__}, not bool"))
+
+    def evaluate_on(self, context: Any) -> tuple[bool, str | None]:
+        """Evaluate against a step context (or its dict form): builds the activation first.
+        For one-off use; a step builds one activation for all the edges of a node."""
+        from workflows.activation import StepContext, activation, read_plan
+
+        variables, failure = activation(read_plan([self]), StepContext.of(context))
+        if failure is not None:
+            return False, failure
+        return self.evaluate(variables)
+
+    def _readable(self, error: str) -> str:
+        for name, path in self.flat:
+            if name in error:
+                error = error.replace(name, ".".join(path))
+        return error
+
+
+def flat_name(path: Path) -> str:
+    """A CEL identifier for a record path, distinct for distinct paths (``_`` is escaped)."""
+    return "_rf_" + "_1".join(part.replace("_", "_0") for part in path)
 
 
 def compile_criterion(source: str, roots: dict[str, AnyType]) -> CompiledCriterion:
@@ -74,7 +99,15 @@ def compile_criterion(source: str, roots: dict[str, AnyType]) -> CompiledCriteri
     if not result.paths and not program.variables():
         value, error = CompiledCriterion(source, program, result.paths, None).evaluate({})
         constant = value if error is None else None
-    return CompiledCriterion(source, program, result.paths, constant)
+    flat: tuple[tuple[str, Path], ...] = ()
+    if result.selections:
+        pieces, last = [], 0
+        for start, end, path in result.selections:
+            pieces += [source[last:start], flat_name(path)]
+            last = end
+        program = cel.compile("".join(pieces) + source[last:])
+        flat = tuple(sorted({(flat_name(p), p) for _, _, p in result.selections}))
+    return CompiledCriterion(source, program, result.paths, constant, flat)
 
 
 def _error_text(e: BaseException) -> str:

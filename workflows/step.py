@@ -16,40 +16,15 @@ The runner and the backtest both call this; :func:`advance` walks several steps 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 from typing import Any
 
-import cel
-
-from workflows.compiled import (
-    WHOLE,
-    CompiledNode,
-    CompiledWorkflow,
-    Decision,
-    FieldSpec,
-    ReadPlan,
-)
+from workflows.activation import StepContext, activation
+from workflows.compiled import CompiledNode, CompiledWorkflow, Decision
 from workflows.errors import InvariantViolation
 from workflows.outside import OutsideWork
 
 steps_per_walk_max = 1000  # a valid workflow has at most nodes_max nodes on any path
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class StepContext:
-    event: Mapping[str, Any] = field(default_factory=dict)
-    scores: Mapping[str, Any] = field(default_factory=dict)
-    metrics: Mapping[str, Any] = field(default_factory=dict)
-    apps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, context: StepContext | Mapping[str, Any]) -> StepContext:
-        if isinstance(context, StepContext):
-            return context
-        return cls(context.get("event") or _EMPTY, context.get("scores") or _EMPTY,
-                   context.get("metrics") or _EMPTY, context.get("apps") or _EMPTY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +65,12 @@ def step(version: CompiledWorkflow, node_id: str,
         raise InvariantViolation(f"no step after a decision (node {node_id!r})")
     trial_list: list[EdgeTrial] = []
     if node.edges:
-        activation, failure = _activation(node.plan, StepContext.of(context))
+        variables, failure = activation(node.plan, StepContext.of(context))
         for edge in node.edges:
             if failure is not None:
                 trial_list.append(EdgeTrial(edge.id, edge.criteria.source, False, failure))
                 continue
-            value, error = edge.criteria.evaluate(activation)
+            value, error = edge.criteria.evaluate(variables)
             trial_list.append(EdgeTrial(edge.id, edge.criteria.source, value, error))
             if value:
                 return _result(version, node, edge.id, edge.to, False, trial_list)
@@ -146,36 +121,3 @@ def _result(version: CompiledWorkflow, node: CompiledNode, edge_id: str, to: str
     nxt = version.node(to)
     return StepResult(node.id, edge_id, to, nxt.kind, default_taken, tuple(trials),
                       nxt.decision, nxt.outside)
-
-
-def _activation(plan: ReadPlan, ctx: StepContext) -> tuple[cel.Context | None, str | None]:
-    """A CEL context holding only the fields the node's criteria read."""
-    variables: dict[str, Any] = {}
-    try:
-        for name, fields in plan.records:
-            variables[name] = _pick(getattr(ctx, name), fields, name != "event")
-        if plan.apps_read:
-            if plan.apps is None:
-                variables["apps"] = {k: dict(v) for k, v in ctx.apps.items()}
-            else:
-                apps = {}
-                for app_id, app_fields in plan.apps:
-                    out = ctx.apps.get(app_id)
-                    if out is not None:
-                        apps[app_id] = _pick(out, app_fields, False)
-                variables["apps"] = apps
-        return cel.Context(variables=variables), None
-    except Exception as e:  # noqa: BLE001 - unconvertible context data fails every criterion
-        return None, f"{type(e).__name__}: context cannot be converted to CEL: {e}"[:300]
-
-
-def _pick(source: Mapping[str, Any], fields: FieldSpec, as_double: bool) -> dict[str, Any]:
-    if fields is WHOLE:
-        picked = dict(source)
-    else:
-        picked = {f: source[f] for f in fields if f in source}
-    if as_double:
-        for k, v in picked.items():
-            if type(v) is int:  # bool stays bool; a score of 85 reads as 85.0
-                picked[k] = float(v)
-    return picked

@@ -38,7 +38,7 @@ CONTEXT = {"event": {"amount": 1500, "country": "DE", "is_alert": False, "rate":
 ])
 def test_accepts_well_typed_criteria(source):
     c = compile_criterion(source, ROOTS)
-    value, error = c.evaluate(CONTEXT)
+    value, error = c.evaluate_on(CONTEXT)
     assert error is None and isinstance(value, bool)
 
 
@@ -81,9 +81,9 @@ def test_reads_are_recorded_for_the_step():
 
 def test_evaluate_never_raises_and_reports_non_bool():
     c = compile_criterion("dyn(event.amount)", ROOTS)  # dyn passes the checker
-    assert c.evaluate(CONTEXT) == (False, "TypeError: criterion gave int, not bool")
+    assert c.evaluate_on(CONTEXT) == (False, "TypeError: criterion gave int, not bool")
     c = compile_criterion("event.amount / 0 > 1", ROOTS)
-    value, error = c.evaluate(CONTEXT)
+    value, error = c.evaluate_on(CONTEXT)
     assert value is False and error
 
 
@@ -98,7 +98,7 @@ def test_random_strings_never_crash_the_compiler(source):
     except CriterionError as e:
         assert e.code.startswith("criteria_") and e.message.strip()
     else:
-        value, error = c.evaluate(CONTEXT)  # a compiled criterion also never raises
+        value, error = c.evaluate_on(CONTEXT)  # a compiled criterion also never raises
         assert isinstance(value, bool)
 
 
@@ -136,6 +136,6 @@ def typed_exprs():
 @given(typed_exprs())
 def test_checker_is_sound_on_well_typed_expressions(source):
     c = compile_criterion(source, ROOTS)
-    value, error = c.evaluate(CONTEXT)
+    value, error = c.evaluate_on(CONTEXT)
     assert error is None, (source, error)
     assert value == cel.compile(source).execute(CONTEXT)

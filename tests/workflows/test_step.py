@@ -90,3 +90,26 @@ def test_outside_output_checks(sift):
     assert review.check_output({"outcome": 1}) == [
         "review: output 'outcome' should be string, got int"]
     assert review.check_output([1]) == ["output of 'review' must be an object"]
+
+
+def test_flat_and_record_reads_mix_in_one_node():
+    from workflows import Workflow, compile_version
+
+    from .builders import edge, node, small
+
+    wf = small()
+    node(wf, "score")["edges"][:2] = [
+        edge("s_has", "block", "has(event.ip) && event.ip.startsWith('10.')"),  # reads records
+        edge("s_flat", "check", "scores.risk > 50 && event.amount > 1000"),  # flat variables
+    ]
+    version = compile_version(Workflow.model_validate(wf), 1)
+    plan = version.node("score").plan
+    assert {v[1:] for v in plan.flat} == {("scores", None, "risk"), ("event", None, "amount")}
+    assert plan.records == (("event", ("ip",)),)
+    ctx = {"event": {"ip": "10.0.0.1", "amount": 5}, "scores": {"risk": 99}}
+    assert step(version, "score", ctx).edge_id == "s_has"
+    ctx = {"event": {"amount": 5000}, "scores": {"risk": 99}}
+    assert step(version, "score", ctx).edge_id == "s_flat"
+    missing = step(version, "score", {"event": {}, "scores": {"risk": 99}})
+    assert missing.edge_id == "s_default"
+    assert "event.amount" in missing.trace[1].error and "_rf_" not in missing.trace[1].error
