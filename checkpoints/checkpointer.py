@@ -166,13 +166,20 @@ class Checkpointer:
         scratch = Path(tempfile.mkdtemp(prefix=f"ckpt-{offset}-", dir=self.scratch_root))
         started = time.perf_counter()
         try:
+            # The writer always runs first: it is what releases the captured view (some
+            # writers have no close()), even when the upload is then skipped or fails.
+            try:
+                writer.write(scratch)
+                if digest is None:
+                    digest = str(writer.digest())
+            finally:
+                close = getattr(writer, "close", None)
+                if callable(close):
+                    close()
             if self.store.exists(manifest_key(offset)):
                 # Another node already checkpointed this offset; the state there is the same.
                 self.stats.skipped_existing += 1
                 return None
-            writer.write(scratch)
-            if digest is None:
-                digest = str(writer.digest())
             manifest = upload_checkpoint(
                 self.store,
                 scratch,
@@ -193,9 +200,6 @@ class Checkpointer:
             log.exception("checkpoint at offset %d to %s failed", offset, self.store.url)
             raise
         finally:
-            close = getattr(writer, "close", None)
-            if callable(close):
-                close()
             shutil.rmtree(scratch, ignore_errors=True)
 
     def wait(self, timeout_s: float | None = None) -> Manifest | None:

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from checkpoints import Checkpointer, InvariantViolation, bootstrap, list_offsets
+from checkpoints import (
+    Checkpointer,
+    InvariantViolation,
+    bootstrap,
+    list_offsets,
+    read_manifest,
+)
 from checkpoints.stores.local import LocalStore
 
 from .helpers import BlobStateMachine, GatedStore
@@ -103,9 +109,27 @@ def test_an_offset_already_checkpointed_by_another_node_is_not_rewritten(tmp_pat
     sm.set(10, "s.bin", b"10")
     first = Checkpointer(store, sm, every_entries=10, retain=2, node_id="leader")
     assert first.checkpoint(10, 1).result(timeout=60) is not None
-    second = Checkpointer(store, sm, every_entries=10, retain=2, node_id="follower")
+    written: list[Path] = []
+
+    class Recording(BlobStateMachine):
+        def snapshot(self):  # type: ignore[no-untyped-def]
+            inner = super().snapshot()
+            outer_write = inner.write
+
+            def write(dir: Path) -> None:
+                written.append(dir)
+                outer_write(dir)
+
+            inner.write = write  # type: ignore[method-assign]
+            return inner
+
+    follower_sm = Recording()
+    follower_sm.set(10, "s.bin", b"10")
+    second = Checkpointer(store, follower_sm, every_entries=10, retain=2, node_id="follower")
     assert second.checkpoint(10, 1).result(timeout=60) is None
     assert second.stats.skipped_existing == 1
+    # The writer still ran, since writing is what releases a captured view.
+    assert len(written) == 1 and read_manifest(store, 10).writer_node == "leader"
     first.close(), second.close()
 
 
