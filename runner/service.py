@@ -18,6 +18,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import checkpoints
+from hdrh.histogram import HdrHistogram
 from replog.node import Node
 from replog.protocols import Applied
 
@@ -54,6 +55,7 @@ class Service:
         self._running = False
         self._demo_checked = False
         self.app_urls = {"demo_score": f"{settings.url}/demo/score", **settings.app_urls}
+        self.round_trip = LatencyRecorder()
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -111,10 +113,17 @@ class Service:
 
     # ---------------------------------------------------------------- submit and replies
     def _submit_raw(self, kind: str, payload: bytes, timeout_s: float) -> Future:
-        return self.node.submit(kind, payload, timeout_s)
+        """Submit through the node; on the leader, time the log round trip (append → applied)."""
+        leader = self.node.is_leader
+        started = time.perf_counter_ns()
+        fut = self.node.submit(kind, payload, timeout_s)
+        if leader:
+            fut.add_done_callback(lambda f: self.round_trip.record(
+                (time.perf_counter_ns() - started) // 1000) if not f.exception() else None)
+        return fut
 
     async def submit(self, kind: str, payload: dict, timeout_s: float | None = None) -> Applied:
-        fut = self.node.submit(kind, entries.encode(payload),
+        fut = self._submit_raw(kind, entries.encode(payload),
                                timeout_s or self.settings.submit_timeout_s)
         return await asyncio.wrap_future(fut)
 
@@ -204,6 +213,24 @@ class Service:
         if due is not None and due <= now_ms():
             self.node.submit(entries.TICK, entries.encode({}),
                              self.settings.submit_timeout_s).result()
+
+
+class LatencyRecorder:
+    """A thread-safe HdrHistogram of microseconds (1 µs .. 60 s, 3 significant digits)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._hist = HdrHistogram(1, 60_000_000, 3)
+
+    def record(self, micros: int) -> None:
+        with self._lock:
+            self._hist.record_value(max(1, micros))
+
+    def take(self) -> HdrHistogram:
+        """The histogram so far, and start a new one."""
+        with self._lock:
+            hist, self._hist = self._hist, HdrHistogram(1, 60_000_000, 3)
+        return hist
 
 
 def _next_writer_epoch(log_dir) -> int:

@@ -61,7 +61,7 @@ async def forwarded(request: Request, svc: Svc,
     try:
         import asyncio
 
-        applied = await asyncio.wrap_future(svc.node.submit(kind, payload, timeout_s))
+        applied = await asyncio.wrap_future(svc._submit_raw(kind, payload, timeout_s))
     except ReplogError as exc:
         return Response(forwarder.error_body(exc), status_code=503,
                         media_type="application/json")
@@ -75,3 +75,12 @@ def _not_leader(svc) -> ReplogError:
 
 
 __all__ = ["router"]
+
+
+@router.post("/internal/v1/round-trip", include_in_schema=False)
+def round_trip(svc: Svc):
+    """The log round trips (append → applied) this node timed as leader since the last call,
+    as a base64 HdrHistogram of microseconds; the call starts a new histogram."""
+    hist = svc.round_trip.take()
+    return {"node_id": svc.settings.node_id, "count": hist.get_total_count(),
+            "hdr": hist.encode().decode()}

@@ -1,0 +1,290 @@
+"""W3: end-to-end latency of the decision API on a 3-node cluster, open-loop, CO-corrected.
+
+Workload (WORKLOADS.md W3): three ``railflow serve`` nodes in cluster mode on the infra/
+cluster (Kafka log, ZooKeeper election, HBase run store, S3 checkpoints) serving the W3 demo
+workflow with W1's metrics. A load generator in a separate process sends synthetic orders at
+a fixed arrival rate (500, 1,000, 2,000/s) over persistent HTTP/1.1 connections; each
+request's latency runs from its *intended* send time (coordinated omission corrected) to the
+last byte of the answer, recorded in an HdrHistogram after an uncounted warm-up. The leader
+also reports the log round trip (append → applied on the leader) for the same interval.
+
+Peers, measured in the same run:
+- ``score API``: the same load against the leader's ``POST /demo/score`` (the scoring call
+  alone, what a checkout would call without workflows): Sift's "added latency" is the
+  difference;
+- ``via followers``: at 1,000/s, requests spread over all three nodes (followers forward to
+  the leader) instead of sent to the leader.
+Published anchors (not re-run here): Sift < 50 ms p99 added; Railgun < 250 ms p99.9;
+Temporal Cloud StartWorkflow p99 69-78 ms; Zeebe 8.8 p99 350 ms at ~248/s.
+
+Usage: ``.venv/bin/python bench/api_w3.py [--quick]``. Starts the cluster if it is not up
+(and stops it again in that case), starts and stops the three nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+from hdrh.histogram import HdrHistogram
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from runner.demo import OrderGenerator  # noqa: E402
+from runner.nodes import NodeCluster  # noqa: E402
+
+RATES_FULL = (500, 1000, 2000)
+RATES_QUICK = (500, 1000)
+DURATION_FULL_S = 300.0
+DURATION_QUICK_S = 10.0
+WARMUP_FULL_S = 30.0
+WARMUP_QUICK_S = 3.0
+connections_per_target_max = 48
+latency_us_max = 60_000_000
+P1 = {"p99_ms": 10.0, "p999_ms": 25.0}
+
+
+# ---------------------------------------------------------------- load generator (own process)
+def _request(path: str, host: str, key: str, body: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    body = await reader.readexactly(length) if length else b""
+    return status, body
+
+
+async def _load(targets: list[str], path: str, key: str, rate: float, duration_s: float,
+                warmup_s: float, seed: int) -> dict[str, Any]:
+    gen = OrderGenerator(seed=seed, prefix=f"w3-{uuid.uuid4().hex[:8]}")
+    total = int(rate * (warmup_s + duration_s))
+    hist = HdrHistogram(1, latency_us_max, 3)
+    errors: dict[str, int] = {}
+    decisions: dict[str, int] = {}
+    pool: asyncio.Queue = asyncio.Queue()
+    for i in range(connections_per_target_max * len(targets)):
+        url = targets[i % len(targets)]
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        await pool.put((f"{host}:{port}", reader, writer))
+
+    start = time.perf_counter() + 0.2
+    warm_end = start + warmup_s
+
+    async def one(body: bytes, intended: float) -> None:
+        conn = await pool.get()  # waiting here is part of the latency (open loop)
+        host, reader, writer = conn
+        try:
+            writer.write(_request(path, host, key, body))
+            status, body = await _read_response(reader)
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+            return  # the connection is dropped
+        pool.put_nowait(conn)
+        done = time.perf_counter()
+        if intended < warm_end:
+            return
+        if status != 200:
+            errors[f"http {status}"] = errors.get(f"http {status}", 0) + 1
+            return
+        hist.record_value(max(1, int((done - intended) * 1_000_000)))
+        if path == "/v1/events":
+            for run in orjson.loads(body)["runs"]:
+                d = run["decision"] or run["state"]
+                decisions[d] = decisions.get(d, 0) + 1
+
+    tasks = []
+    for i in range(total):
+        intended = start + i / rate
+        delay = intended - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(orjson.dumps(gen.order()), intended)))
+    send_end = time.perf_counter()
+    await asyncio.gather(*tasks)
+    return {"hdr": base64.b64encode(hist.encode()).decode(), "errors": errors,
+            "decisions": decisions, "sent": total,
+            "send_lag_s": round(send_end - (start + total / rate), 3)}
+
+
+def _loadgen_main(conn, *args) -> None:
+    try:
+        conn.send(asyncio.run(_load(*args)))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        conn.send({"failed": repr(exc)})
+    conn.close()
+
+
+def run_load(targets: list[str], path: str, key: str, rate: float, duration_s: float,
+             warmup_s: float, seed: int) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_loadgen_main,
+                       args=(child, targets, path, key, rate, duration_s, warmup_s, seed))
+    proc.start()
+    result = parent.recv()
+    proc.join()
+    if "failed" in result:
+        raise RuntimeError(f"load generator failed: {result['failed']}")
+    return result
+
+
+# ---------------------------------------------------------------- reporting
+def _hdr(b64: str) -> HdrHistogram:
+    return HdrHistogram.decode(base64.b64decode(b64) if not isinstance(b64, bytes) else b64)
+
+
+def percentiles(hist: HdrHistogram) -> dict[str, float]:
+    ms = lambda v: round(v / 1000, 3)  # noqa: E731
+    return {"count": hist.get_total_count(), "p50_ms": ms(hist.get_value_at_percentile(50)),
+            "p99_ms": ms(hist.get_value_at_percentile(99)),
+            "p999_ms": ms(hist.get_value_at_percentile(99.9)),
+            "max_ms": ms(hist.get_max_value()), "min_ms": ms(hist.get_min_value())}
+
+
+def leader_round_trip(leader_url: str) -> dict[str, float]:
+    body = httpx.post(leader_url + "/internal/v1/round-trip", timeout=10).json()
+    return percentiles(HdrHistogram.decode(body["hdr"].encode()))
+
+
+def ensure_cluster() -> bool:
+    """Start infra/ if it is not up; True when this run started it."""
+    status = subprocess.run([sys.executable, "-m", "infra", "status"], cwd=ROOT,
+                            capture_output=True, text=True)
+    if status.returncode == 0 and "healthy" in status.stdout and "down" not in status.stdout:
+        return False
+    subprocess.run([sys.executable, "-m", "infra", "up"], cwd=ROOT, check=True)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    rates = RATES_QUICK if args.quick else RATES_FULL
+    duration = DURATION_QUICK_S if args.quick else DURATION_FULL_S
+    warmup = WARMUP_QUICK_S if args.quick else WARMUP_FULL_S
+    started_at = datetime.now(UTC).isoformat()
+
+    started_cluster = ensure_cluster()
+    topic = f"rf-bench-{uuid.uuid4().hex[:8]}"
+    data_dir = Path(tempfile.mkdtemp(prefix="railflow-w3-"))
+    cluster = NodeCluster(data_dir, topic, 3)
+    results: list[dict[str, Any]] = []
+    try:
+        cluster.start()
+        leader = cluster.wait_ready()
+        _wait_demo(leader.url, cluster.api_key)
+        all_urls = [n.url for n in cluster.nodes.values()]
+        plan = [("decision API (leader)", "/v1/events", [leader.url], r) for r in rates]
+        plan.append(("score API alone (peer)", "/demo/score", [leader.url], 1000))
+        if not args.quick:
+            plan.append(("decision API via all 3 nodes (peer)", "/v1/events", all_urls, 1000))
+        for seed, (name, path, targets, rate) in enumerate(plan):
+            leader_round_trip(leader.url)  # reset
+            load = run_load(targets, path, cluster.api_key, rate, duration, warmup, seed + 1)
+            row = {"name": name, "rate": rate, "duration_s": duration,
+                   **percentiles(_hdr(load["hdr"])), "errors": load["errors"],
+                   "decisions": load["decisions"], "send_lag_s": load["send_lag_s"]}
+            if path == "/v1/events":
+                row["log_round_trip"] = leader_round_trip(leader.url)
+            results.append(row)
+            print(f"  {name} @ {rate}/s: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
+                  f"p99.9 {row['p999_ms']} ms, errors {row['errors']}", flush=True)
+    finally:
+        cluster.stop()
+        if started_cluster:
+            subprocess.run([sys.executable, "-m", "infra", "down"], cwd=ROOT)
+
+    score = next((r for r in results if r["name"].startswith("score")), None)
+    for r in results:
+        if score and r["name"] != score["name"]:
+            r["ratio_p99_vs_score_api"] = round(r["p99_ms"] / max(score["p99_ms"], 1e-3), 2)
+            r["added_p99_ms"] = round(r["p99_ms"] - score["p99_ms"], 3)
+        r["ratio_p99_vs_sift_50ms"] = round(r["p99_ms"] / 50.0, 3)
+        r["ratio_p999_vs_railgun_250ms"] = round(r["p999_ms"] / 250.0, 3)
+    _print_table(results)
+    at_1000 = next((r for r in results if r["name"] == "decision API (leader)"
+                    and r["rate"] == 1000), None)
+    targets = {}
+    if at_1000:
+        targets["P1_p99"] = {"value": at_1000["p99_ms"], "unit": "ms", "target": P1["p99_ms"],
+                             "met": at_1000["p99_ms"] <= P1["p99_ms"] and not at_1000["errors"]}
+        targets["P1_p999"] = {"value": at_1000["p999_ms"], "unit": "ms",
+                              "target": P1["p999_ms"],
+                              "met": at_1000["p999_ms"] <= P1["p999_ms"]
+                              and not at_1000["errors"]}
+    at_max = [r for r in results if r["name"] == "decision API (leader)" and r["rate"] == 2000]
+    if at_max:
+        rt = at_max[0]["log_round_trip"]
+        targets["P2_log_round_trip_p99"] = {"value": rt["p99_ms"], "unit": "ms",
+                                            "target": 5.0, "met": rt["p99_ms"] <= 5.0}
+    out = {"name": "api_w3", "quick": args.quick, "started_at": started_at,
+           "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
+                       "load_avg_1m": os.getloadavg()[0]},
+           "results": results, "targets": targets}
+    path = ROOT / "bench" / "results" / "api_w3.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+def _wait_demo(url: str, key: str, timeout_s: float = 60.0) -> None:
+    """Until the demo workflow is published (the leader preloads it)."""
+    deadline = time.monotonic() + timeout_s
+    order = {"event_id": f"warm-{uuid.uuid4().hex}", "type": "order", "data": {"card": "w"}}
+    while time.monotonic() < deadline:
+        try:
+            r = httpx.post(url + "/v1/events", json=order, timeout=10,
+                           headers={"Authorization": f"Bearer {key}"})
+            if r.status_code == 200 and r.json()["runs"]:
+                return
+        except httpx.HTTPError:
+            pass
+        order["event_id"] = f"warm-{uuid.uuid4().hex}"
+        time.sleep(0.5)
+    raise TimeoutError("the demo workflow was not published in time")
+
+
+def _print_table(results: list[dict[str, Any]]) -> None:
+    print()
+    print(f"{'workload':<38}{'rate/s':>7}{'n':>8}{'p50 ms':>9}{'p99 ms':>9}{'p99.9 ms':>10}"
+          f"{'max ms':>9}{'log rt p99':>11}{'errors':>8}")
+    for r in results:
+        rt = r.get("log_round_trip", {}).get("p99_ms", "")
+        print(f"{r['name']:<38}{r['rate']:>7}{r['count']:>8}{r['p50_ms']:>9}{r['p99_ms']:>9}"
+              f"{r['p999_ms']:>10}{r['max_ms']:>9}{rt!s:>11}{sum(r['errors'].values()):>8}")
+    lat = [r["p99_ms"] for r in results]
+    if lat:
+        print(f"p99 over workloads: min {min(lat)} / median {statistics.median(lat)} / "
+              f"max {max(lat)} ms")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
