@@ -1,9 +1,26 @@
 """The generic replicated log: entries, fencing by writer id, election, and the node loop.
 
 The leader appends an opaque entry, waits until its own state machine applied it, then
-acknowledges; followers apply the same entries in the same order. Callers supply a
-``StateMachine`` and a log and election adapter (Kafka + ZooKeeper, or the embedded file log).
-The core is pure so the seeded simulation in ``replog.testing`` can drive it.
+acknowledges; followers apply the same entries in the same order, so every node holds the
+same state. ``replog`` knows nothing of what the entries mean.
+
+What the caller does:
+- implement ``StateMachine`` (``apply`` pure and deterministic, returning effects as data;
+  ``snapshot``/``restore``/``digest``/``applied_offset``); ``apply`` also receives replog's own
+  kinds (``replog.LeaderStarted``: a new leader's first entry, a good moment to re-drive
+  effects);
+- build ``Node(sm, log, election, node_id=..., advertise_url=..., forwarder=...)`` with
+  ``kafka.KafkaLog`` + ``zk.ZkElection`` (cluster) or ``filelog.FileLog`` +
+  ``single.SingleNodeElection`` (embedded); when restoring from a checkpoint, pass
+  ``start_offset = offset + 1`` and ``start_writer_id`` = the checkpoint's writer id;
+- ``start()``, then ``submit(kind, payload, timeout_s)`` from any thread: the future gives
+  ``Applied(offset, writer_id, effects)`` once this node applied the entry, or ``NotLeader``,
+  ``Fenced``, ``AppendTimeout``, ``AppendFailed``, ``Overloaded``; a failure is indeterminate
+  (the entry may still be applied); read-your-writes with ``wait_applied(offset, timeout_s)``;
+- execute effects only while ``is_leader``; ``stop()`` at the end.
+
+The core (``core``, ``fence``, ``entry``) does no I/O and reads no clock, so the seeded
+simulation in ``replog.testing`` drives the same code the node runs.
 """
 
 from replog.core import Limits, ReplicaCore, Role
