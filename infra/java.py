@@ -5,7 +5,10 @@ predictable), G1 with a short pause goal, and few GC / compiler threads so six J
 together do not starve each other.
 """
 
+import functools
+import re
 import shutil
+import subprocess
 
 from infra.errors import InfraError
 
@@ -22,11 +25,17 @@ ADD_OPENS = [
      "--add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED"]
 
 
+@functools.cache
 def java_bin() -> str:
+    """The ``java`` on PATH, checked once to be at least Java 17 (Kafka 4 needs it)."""
     java = shutil.which("java")
     if java is None:
         raise InfraError(f"`java` not found: install a JDK >= {JAVA_VERSION_MIN} "
                          "(apt-get install openjdk-17-jdk-headless)")
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60).stderr
+    match = re.search(r'version "(\d+)', out)
+    if match is None or int(match.group(1)) < JAVA_VERSION_MIN:
+        raise InfraError(f"{java} is not Java >= {JAVA_VERSION_MIN}: {out.strip()[:200]}")
     return java
 
 
