@@ -13,6 +13,7 @@ from collections import defaultdict
 
 import happybase
 import orjson
+from thriftpy2.thrift import TException
 
 from runner.runstore import keys
 from runner.runstore.base import RunRecord, lookup_runs_max
@@ -20,6 +21,7 @@ from runner.runstore.base import RunRecord, lookup_runs_max
 FAMILIES = ("event", "path", "decision", "index")
 pool_connections_max = 4
 thrift_timeout_ms = 5_000
+thrift_attempts_max = 3  # the Thrift server closes idle connections; the pool reopens them
 
 
 def _cells(run: RunRecord) -> dict[bytes, bytes]:
@@ -73,37 +75,49 @@ class HBaseRunStore:
                     if table.encode() not in conn.tables():
                         raise
 
+    def _call(self, fn):
+        """Run ``fn(table)``, again on a fresh connection when the pooled one went stale."""
+        for attempt in range(1, thrift_attempts_max + 1):
+            try:
+                with self._pool.connection() as conn:  # a failing connection is replaced
+                    return fn(conn.table(self._table_name))
+            except (TException, OSError):
+                if attempt == thrift_attempts_max:
+                    raise
+        return None
+
     def put_many(self, runs: list[RunRecord]) -> None:
         if not runs:
             return
         by_ts: dict[int, list[RunRecord]] = defaultdict(list)
         for run in runs:
             by_ts[run.offset + 1].append(run)
-        with self._pool.connection() as conn:
-            table = conn.table(self._table_name)
-            for ts, group in by_ts.items():
-                with table.batch(timestamp=ts) as batch:
-                    for run in group:
-                        batch.put(keys.run_key(run.run_id), _cells(run))
-                        for kind, value in run.index_values():
-                            key = keys.index_key(kind, value, run.run_id)
-                            batch.put(key, {b"index:run": run.run_id.encode()})
+        self._call(lambda table: self._put(table, by_ts))
+
+    @staticmethod
+    def _put(table, by_ts: dict[int, list[RunRecord]]) -> None:
+        for ts, group in by_ts.items():
+            with table.batch(timestamp=ts) as batch:
+                for run in group:
+                    batch.put(keys.run_key(run.run_id), _cells(run))
+                    for kind, value in run.index_values():
+                        key = keys.index_key(kind, value, run.run_id)
+                        batch.put(key, {b"index:run": run.run_id.encode()})
 
     def get(self, run_id: str) -> RunRecord | None:
-        with self._pool.connection() as conn:
-            row = conn.table(self._table_name).row(keys.run_key(run_id))
+        row = self._call(lambda table: table.row(keys.run_key(run_id)))
         return _record(run_id, row) if row else None
 
     def lookup(self, kind: str, value: str, limit: int = lookup_runs_max) -> list[RunRecord]:
         prefix = keys.index_prefix(kind, value)
         limit = min(limit, lookup_runs_max)
-        with self._pool.connection() as conn:
-            table = conn.table(self._table_name)
-            run_ids = [
-                keys.run_id_of_index_key(k)
-                for k, _ in table.scan(row_prefix=prefix, limit=limit, columns=[b"index:run"])
-            ]
-            rows = table.rows([keys.run_key(r) for r in run_ids])
+
+        def scan(table):
+            run_ids = [keys.run_id_of_index_key(k) for k, _ in
+                       table.scan(row_prefix=prefix, limit=limit, columns=[b"index:run"])]
+            return run_ids, table.rows([keys.run_key(r) for r in run_ids])
+
+        run_ids, rows = self._call(scan)
         by_key = dict(rows)
         return [_record(r, by_key[keys.run_key(r)]) for r in run_ids if keys.run_key(r) in by_key]
 
