@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,6 +30,7 @@ from replog.testing.dictkv import DictKV
 from replog.testing.kv import DuckKV
 
 forward_timeout_margin_s = 0.5
+gil_switch_interval_s = 0.0005  # short thread handoffs (the default is 5 ms)
 
 
 class HttpForwarder:
@@ -192,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--digest-every", type=int, default=50)
     p.add_argument("--machine", choices=("duckdb", "dict"), default="duckdb")
     a = p.parse_args(argv)
+    sys.setswitchinterval(gil_switch_interval_s)
     logging.basicConfig(level=logging.WARNING, format=f"{a.node_id} %(levelname)s %(message)s")
     url = f"http://127.0.0.1:{a.port}"
 
