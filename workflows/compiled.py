@@ -54,13 +54,14 @@ class CompiledNode:
 class CompiledWorkflow:
     """One immutable, compiled version of a workflow."""
 
-    __slots__ = ("_workflow", "version", "digest", "nodes", "workflow_id", "root", "event_type")
+    __slots__ = ("_workflow", "_json", "version", "digest", "nodes", "workflow_id", "root",
+                 "event_type")
 
     def __init__(self, workflow: Workflow, version: int, nodes: Mapping[str, CompiledNode]):
-        text = workflow.model_dump_json()
-        self._workflow = Workflow.model_validate_json(text)  # a private copy nobody else holds
+        self._json = workflow.model_dump_json()
+        self._workflow = Workflow.model_validate_json(self._json)  # not the caller's object
         self.version = version
-        self.digest = hashlib.sha256(text.encode()).hexdigest()
+        self.digest = hashlib.sha256(self._json.encode()).hexdigest()
         self.nodes: Mapping[str, CompiledNode] = MappingProxyType(dict(nodes))
         self.workflow_id = workflow.id
         self.root = workflow.root
@@ -68,8 +69,19 @@ class CompiledWorkflow:
 
     @property
     def workflow(self) -> Workflow:
-        """A deep copy of the version's content: editing it cannot change the version."""
-        return self._workflow.model_copy(deep=True)
+        """The version's content, shared: read it, do not edit its lists. Steps never read it
+        (they use the compiled nodes) and :meth:`workflow_copy` rebuilds it from the canonical
+        JSON, so an edit can change neither decisions nor what the store republishes."""
+        return self._workflow
+
+    def workflow_copy(self) -> Workflow:
+        """A fresh model of the version's content, from its canonical JSON."""
+        return Workflow.model_validate_json(self._json)
+
+    @property
+    def json(self) -> str:
+        """The canonical JSON the digest is computed over."""
+        return self._json
 
     def node(self, node_id: str) -> CompiledNode:
         try:

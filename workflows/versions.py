@@ -30,7 +30,8 @@ class PublishedVersion:
 
     @property
     def workflow(self) -> Workflow:
-        return self.compiled.workflow  # frozen model: cannot be edited in place
+        """A fresh copy of the content, rebuilt from the canonical JSON."""
+        return self.compiled.workflow_copy()
 
 
 class WorkflowStore:

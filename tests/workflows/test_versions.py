@@ -48,8 +48,13 @@ def test_published_version_cannot_be_changed_through_the_draft_or_a_copy():
     digest = v1.compiled.digest
     draft.nodes.clear()  # mutating the caller's object does not reach the version
     v1.workflow.nodes.clear()  # nor does mutating the copy it hands out
+    v1.compiled.workflow.nodes.clear()  # nor the shared model: steps and rollback ignore it
     assert len(v1.workflow.nodes) == len(sift_example().nodes)
     assert v1.compiled.digest == digest
+    ctx = {"event": {"country": "DE"}, "scores": {"payment_abuse": 99.0}}
+    assert step(v1.compiled, "score", ctx).next_node_id == "block_high_score"
+    v2 = store.rollback("sift_example", 1)
+    assert v2.compiled.digest == digest and len(v2.workflow.nodes) == len(sift_example().nodes)
     with pytest.raises(ValueError):
         v1.workflow.name = "changed"  # models are frozen
 
