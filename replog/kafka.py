@@ -36,9 +36,18 @@ def ensure_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
 
 
 class KafkaLog:
-    def __init__(self, bootstrap: str, topic: str, *, create: bool = True, **producer_conf):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        *,
+        create: bool = True,
+        log_level: int = 6,
+        **producer_conf,
+    ):
         self.bootstrap = bootstrap
         self.topic = topic
+        self.log_level = log_level  # librdkafka syslog level: 6 info, 3 errors, 0 silent
         if create:
             ensure_topic(bootstrap, topic)
         conf = {
@@ -48,6 +57,7 @@ class KafkaLog:
             "linger.ms": linger_ms,
             "message.timeout.ms": int(append_timeout_s * 1000),
             "socket.nagle.disable": True,
+            "log_level": log_level,
         }
         conf.update(producer_conf)
         self._producer = Producer(conf)
@@ -69,7 +79,7 @@ class KafkaLog:
             raise AppendFailed(errors[0])
 
     def open_reader(self, start_offset: int) -> KafkaLogReader:
-        reader = KafkaLogReader(self.bootstrap, self.topic, start_offset)
+        reader = KafkaLogReader(self.bootstrap, self.topic, start_offset, self.log_level)
         self._readers.append(reader)
         return reader
 
@@ -78,7 +88,7 @@ class KafkaLog:
 
 
 class KafkaLogReader:
-    def __init__(self, bootstrap: str, topic: str, start_offset: int):
+    def __init__(self, bootstrap: str, topic: str, start_offset: int, log_level: int = 6):
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -90,6 +100,7 @@ class KafkaLogReader:
                 "fetch.min.bytes": 1,
                 "socket.nagle.disable": True,
                 "enable.partition.eof": False,
+                "log_level": log_level,
             }
         )
         self._consumer.assign([TopicPartition(topic, PARTITION, start_offset)])

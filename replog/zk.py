@@ -124,13 +124,13 @@ class ZkElection:
                 return
             self._depose("not the smallest znode")
             predecessor = f"{self.path}/{children[index - 1]}"
-        if self._zk.exists(predecessor, watch=self._check) is None:
-            self._check()
-        # The leader's URL may change without my predecessor changing: watch the smallest too.
         try:
+            if self._zk.exists(predecessor, watch=self._check) is None:
+                self._check()  # it went away meanwhile
+            # The leader's URL may change without my predecessor changing: watch the smallest.
             self._zk.exists(f"{self.path}/{children[0]}", watch=self._forget_leader)
-        except Exception:
-            pass
+        except Exception:  # connection trouble: the state listener takes over
+            log.warning("watching the predecessor failed", exc_info=True)
 
     def _forget_leader(self, _event: object = None) -> None:
         with self._lock:

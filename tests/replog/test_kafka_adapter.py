@@ -12,20 +12,20 @@ DEAD_BROKER = "127.0.0.1:1"  # nothing listens on port 1
 
 
 def test_append_to_an_unreachable_broker_fails_instead_of_hanging():
-    log = KafkaLog(DEAD_BROKER, "t", create=False, **{"message.timeout.ms": 300})
+    log = KafkaLog(DEAD_BROKER, "t", create=False, log_level=0, **{"message.timeout.ms": 300})
     with pytest.raises((AppendFailed, AppendTimeout)):
         log.append([b"x"])
 
 
 def test_reader_on_an_unreachable_broker_returns_nothing():
-    log = KafkaLog(DEAD_BROKER, "t", create=False, **{"message.timeout.ms": 300})
+    log = KafkaLog(DEAD_BROKER, "t", create=False, log_level=0, **{"message.timeout.ms": 300})
     reader = log.open_reader(0)
     assert reader.poll(0.2, 10) == []
     reader.close()
 
 
 def test_node_whose_log_is_down_fails_requests_and_never_acknowledges():
-    log = KafkaLog(DEAD_BROKER, "t", create=False, **{"message.timeout.ms": 300})
+    log = KafkaLog(DEAD_BROKER, "t", create=False, log_level=0, **{"message.timeout.ms": 300})
     node = Node(DictKV(), log, SingleNodeElection(), node_id="n", advertise_url="x")
     node.start()
     try:
