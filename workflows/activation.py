@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import cel
 
+from workflows.errors import is_engine_error
+
 if TYPE_CHECKING:
     from workflows.criteria import CompiledCriterion
 
@@ -103,7 +105,9 @@ def activation(plan: ReadPlan, ctx: StepContext) -> tuple[cel.Context | None, st
                         apps[app_id] = pick(out, app_fields, False)
                 variables["apps"] = apps
         return cel.Context(variables=variables), None
-    except Exception as e:  # noqa: BLE001 - unconvertible context data fails every criterion
+    except BaseException as e:  # unconvertible context data fails every criterion
+        if not is_engine_error(e):
+            raise
         return None, f"{type(e).__name__}: context cannot be converted to CEL: {e}"[:300]
 
 

@@ -16,6 +16,7 @@ import cel
 
 from workflows.cel_check import CheckError, Path, check
 from workflows.cel_types import AnyType
+from workflows.errors import InvariantViolation, is_engine_error
 from workflows.model import criteria_chars_max
 
 error_chars_max = 300
@@ -45,7 +46,9 @@ class CompiledCriterion:
         """(value, error): value is False whenever error is set. Never raises."""
         try:
             value = self.program.execute(activation)
-        except Exception as e:  # noqa: BLE001 - any runtime failure counts as false, by design
+        except BaseException as e:  # any runtime failure counts as false, by design
+            if not is_engine_error(e):
+                raise
             return False, self._readable(_error_text(e))
         if value is True:
             return True, None
@@ -93,7 +96,9 @@ def compile_criterion(source: str, roots: dict[str, AnyType]) -> CompiledCriteri
         raise CriterionError(e.code, e.message) from None
     try:
         program = cel.compile(source)
-    except Exception as e:  # noqa: BLE001 - the binding raises several types for syntax errors
+    except BaseException as e:  # the binding raises several types for syntax errors
+        if not is_engine_error(e):
+            raise
         raise CriterionError("criteria_syntax", f"syntax error: {_error_text(e)}") from None
     constant = None
     if not result.paths and not program.variables():
@@ -105,7 +110,13 @@ def compile_criterion(source: str, roots: dict[str, AnyType]) -> CompiledCriteri
         for start, end, path in result.selections:
             pieces += [source[last:start], flat_name(path)]
             last = end
-        program = cel.compile("".join(pieces) + source[last:])
+        rewritten = "".join(pieces) + source[last:]
+        try:
+            program = cel.compile(rewritten)
+        except BaseException as e:
+            if not is_engine_error(e):
+                raise
+            raise InvariantViolation(f"flat form {rewritten!r} of {source!r} fails: {e}") from e
         flat = tuple(sorted({(flat_name(p), p) for _, _, p in result.selections}))
     return CompiledCriterion(source, program, result.paths, constant, flat)
 

@@ -11,6 +11,12 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 
+def is_engine_error(e: BaseException) -> bool:
+    """True for what CEL compilation or evaluation may raise on bad input or data, including a
+    Rust panic (PyO3 raises ``PanicException``, a BaseException); never for interrupts."""
+    return isinstance(e, Exception) or type(e).__name__ == "PanicException"
+
+
 class InvariantViolation(RuntimeError):
     """A condition the code relies on does not hold: a bug, never a user error."""
 
