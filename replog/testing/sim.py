@@ -290,6 +290,7 @@ class Simulation:
         start, writer, seq = 0, -1, -1
         if from_checkpoint and r.checkpoint is not None:
             snap, offset, writer, seq = r.checkpoint
+            self.faults["restarts_from_checkpoint"] += 1
             sm = _restore_in_memory(sm, snap)
             start = offset + 1
         r.core = ReplicaCore(start_offset=start, start_writer_id=writer)

@@ -48,6 +48,23 @@ def _assert_valid(verdict):
     assert verdict.acked > 30, "the load made too little progress to test anything"
 
 
+def test_follower_forwards_and_any_node_reads_its_write(nodes):
+    leader = nodes.wait_leader()
+    f1, f2 = [n for n in nodes.ports if n != leader]
+    r = nodes.http.post(
+        f"{nodes.url(f1)}/submit",
+        json={"kind": "kv", "payload": '{"op": "put", "key": "ryw", "value": 42}'},
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["applied_offset"] >= body["offset"]  # resolved after the follower applied it
+    leader_writer = nodes.status(leader)["my_writer_id"]
+    assert body["writer_id"] == leader_writer
+    read = nodes.get(f2, f"/read?key=ryw&min_offset={body['offset']}")
+    assert read["value"] == 42 and read["applied_offset"] >= body["offset"]
+    assert read["writer_id"] == leader_writer
+
+
 def test_kill_9_the_leader_under_load(nodes):
     load = Load(nodes, seed=1)
     load.start()
