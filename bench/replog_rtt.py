@@ -189,6 +189,7 @@ def main() -> int:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     seconds = MEASURE_S_QUICK if a.quick else MEASURE_S_FULL
     repeats = REPEATS_QUICK if a.quick else REPEATS_FULL
+    load = os.getloadavg()  # a shared machine: say how busy it was
     started_cluster = ensure_cluster()
     topic = f"replog-bench-{uuid.uuid4().hex[:8]}"
     path = f"/replog-bench/{topic}"
@@ -258,7 +259,8 @@ def main() -> int:
                         "failures": sum(r["failures"] for r in runs),
                     }
                 )
-        follower_lag = node.applied_offset
+        applied_offset = node.applied_offset
+        load_after = os.getloadavg()[0]
     finally:
         node.stop()
         for f in followers:
@@ -302,13 +304,18 @@ def main() -> int:
     }
     print(
         f"P2: p99 {targets['P2']['value']:.2f} ms at {P2_RATE}/s, target ≤ {P2_TARGET_MS} ms: "
-        f"{'met' if targets['P2']['met'] else 'NOT met'}  (entries applied: {follower_lag + 1})"
+        f"{'met' if targets['P2']['met'] else 'NOT met'}  (leader applied offset {applied_offset}; load average {load[0]:.1f} before, {load_after:.1f} after)"
     )
     out = {
         "name": "replog_rtt",
         "quick": a.quick,
         "started_at": datetime.now(UTC).isoformat(),
-        "machine": {"cores": os.cpu_count(), "python": platform.python_version()},
+        "machine": {
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_before": load[0],
+            "load_average_after": load_after,
+        },
         "results": results,
         "targets": targets,
     }
