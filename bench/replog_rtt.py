@@ -304,7 +304,8 @@ def main() -> int:
     }
     print(
         f"P2: p99 {targets['P2']['value']:.2f} ms at {P2_RATE}/s, target ≤ {P2_TARGET_MS} ms: "
-        f"{'met' if targets['P2']['met'] else 'NOT met'}  (leader applied offset {applied_offset}; load average {load[0]:.1f} before, {load_after:.1f} after)"
+        f"{'met' if targets['P2']['met'] else 'NOT met'}  (leader applied offset "
+        f"{applied_offset}; load average {load[0]:.1f} before, {load_after:.1f} after)"
     )
     out = {
         "name": "replog_rtt",
