@@ -106,17 +106,22 @@ class Cursor:
         self.events = res.chunk(self.k)
         self.inserts: list[WindowNode] = []  # windows this cursor is the tail of
         self.evicts: list[WindowNode] = []  # windows this cursor is the head of
+        self.is_all = spec == ("all",)
+        self.stale = False  # moved by the fast path of Plan.ingest: chunk refs need a seek
 
     def seek(self, pos: int) -> None:
         self.pos = pos
         self.k, self.idx = self.res.locate(pos)
         self.events = self.res.chunk(self.k)
+        self.stale = False
 
     def advance(self, t: int, next_pos: int) -> None:
         lim, end = limits(self.spec, t, next_pos)
         pos = self.pos
         if pos >= end:
             return
+        if self.stale:
+            self.seek(pos)
         events, idx = self.events, self.idx
         inserts, evicts = self.inserts, self.evicts
         while pos < end:
@@ -209,18 +214,23 @@ class WindowNode:
         for f in self.filters:
             for g in f.groups:
                 g.refresh()
-        self._route = [(f.pred, [(g.gid, g.key_fn, g._slots) for g in f.groups])
+        self._route = [(f.pred, [(g.gid, g.fields[0] if len(g.fields) == 1 else None, g.key_fn,
+                                  g._slots) for g in f.groups])
                        for f in self.filters]
 
     def insert(self, ev, ts, pos) -> None:
         if pos < self.start_pos:
             return
-        get = self.store.get
+        store = self.store
+        cache = store.cache
         for pred, groups in self._route:
             if pred is not None and not pred(ev):
                 continue
-            for gid, key_fn, slots in groups:
-                b = get(gid, key_fn(ev))
+            for gid, kf, key_fn, slots in groups:
+                key = ev.get(kf) if kf is not None else key_fn(ev)
+                b = cache.get((gid, key))
+                if b is None:
+                    b = store.get(gid, key)
                 for sid, make, field, value in slots:
                     st = b.get(sid)
                     if st is None:
@@ -246,13 +256,15 @@ class WindowNode:
         if pos < self.start_pos:
             return
         store = self.store
-        get = store.get
+        cache = store.cache
         for pred, groups in self._route:
             if pred is not None and not pred(ev):
                 continue
-            for gid, key_fn, slots in groups:
-                key = key_fn(ev)
-                b = get(gid, key)
+            for gid, kf, key_fn, slots in groups:
+                key = ev.get(kf) if kf is not None else key_fn(ev)
+                b = cache.get((gid, key))
+                if b is None:
+                    b = store.get(gid, key)
                 empty = True
                 for sid, make, field, value in slots:
                     st = b.get(sid)
@@ -278,7 +290,7 @@ class StreamPlan:
         self.cursors: dict[tuple, Cursor] = {}
         self.windows: dict[WindowSpec, WindowNode] = {}
         self.order: list[Cursor] = []
-        self.outputs: list[tuple[GroupNode, list[tuple[str, str, Callable]]]] = []
+        self.outputs: list[tuple[GroupNode, str | None, list[tuple[str, str, Callable]]]] = []
 
     def floor(self) -> int:
         """The oldest position any cursor still needs."""
@@ -299,7 +311,8 @@ class StreamPlan:
             if m.d.stream == self.name:
                 outs.setdefault(m.group.gid, (m.group, []))[1].append(
                     (m.d.name, m.state.sid, m.fin))
-        self.outputs = list(outs.values())
+        self.outputs = [(g, g.fields[0] if len(g.fields) == 1 else None, mets)
+                        for g, mets in outs.values()]
 
 
 class Plan:
@@ -462,17 +475,28 @@ class Plan:
         last = res.last_ts
         if last is not None and ts < last:
             ts = last
-        chunks_before = res.open_no
-        res.append(ts, event)
-        next_pos = res.next_pos
+        closed_before = len(res.chunks)
+        pos = res.append(ts, event)
+        next_pos = pos + 1
         for c in sp.order:
-            c.advance(ts, next_pos)
-        if res.open_no != chunks_before:
+            if c.is_all and c.pos == pos:
+                # Fast path: the shared RANGE tail has only the current event to take.
+                for w in c.inserts:
+                    w.insert(event, ts, pos)
+                c.pos = next_pos
+                c.stale = True
+            else:
+                c.advance(ts, next_pos)
+        if len(res.chunks) != closed_before:
             res.trim(sp.floor())
         out: dict[str, Any] = {}
-        peek = self.store.peek
-        for g, mets in sp.outputs:
-            b = peek(g.gid, g.key_fn(event))
+        store = self.store
+        cache = store.cache
+        for g, kf, mets in sp.outputs:
+            key = event.get(kf) if kf is not None else g.key_fn(event)
+            b = cache.get((g.gid, key))
+            if b is None:
+                b = store.peek(g.gid, key)
             if b is None:
                 for name, sid, fin in mets:
                     out[name] = fin(None, ts)
