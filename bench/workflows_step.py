@@ -62,14 +62,19 @@ def contexts(n: int, seed: int = 7) -> list[dict]:
     return out
 
 
-def per_op_us(fn, items, repeats: int) -> list[float]:
-    fn(items[0])  # warm-up, not counted
-    times = []
+def interleaved(cases: dict[str, tuple], repeats: int) -> dict[str, list[float]]:
+    """Per-operation microseconds of each (fn, items) case, one repeat of every case per
+    round, so a burst of load on the shared machine hits the peers alike."""
+    for fn, items in cases.values():
+        for x in items[:50]:
+            fn(x)  # warm-up, not counted
+    times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        for x in items:
-            fn(x)
-        times.append((time.perf_counter() - t0) / len(items) * 1e6)
+        for name, (fn, items) in cases.items():
+            t0 = time.perf_counter()
+            for x in items:
+                fn(x)
+            times[name].append((time.perf_counter() - t0) / len(items) * 1e6)
     return times
 
 
@@ -88,7 +93,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     n, repeats = (2_000, 5) if args.quick else (20_000, 9)
-    celpy_n = max(n // 10, 200)
+    celpy_n = max(n // 20, 100)  # cel-python is ~1,000x slower: fewer contexts, same rounds
 
     t0 = time.perf_counter()
     version = compile_version(w3_demo(), 1, known_metrics=W3_METRICS)
@@ -120,11 +125,11 @@ def main() -> int:
         prog = edge.criteria.program
         plan = read_plan([edge.criteria])
         prepared = [activation(plan, StepContext.of(ctx))[0] for ctx in ctxs]
-        ours = per_op_us(prog.execute, prepared, repeats)
         peer_prog = env.program(env.compile(edge.criteria.source))
-        peer = per_op_us(peer_prog.evaluate, celpy_prepared, max(3, repeats // 2))
-        floor_fn = floors[edge.id]
-        floor = per_op_us(floor_fn, ctxs, repeats)
+        t = interleaved({"ours": (prog.execute, prepared),
+                         "peer": (peer_prog.evaluate, celpy_prepared),
+                         "floor": (floors[edge.id], ctxs)}, repeats)
+        ours, peer, floor = t["ours"], t["peer"], t["floor"]
         results.append(summary(f"criterion {edge.id}: common-expression-language", ours,
                                "cel-python", peer))
         results.append(summary(f"criterion {edge.id}: cel-python", peer))
@@ -134,7 +139,6 @@ def main() -> int:
         criterion_mins.append(min(ours))
 
     # --- a whole step from the score node, and a walk from the root -----------------------
-    ours_step = per_op_us(lambda c: step(version, "score", c), ctxs, repeats)
     peer_programs = [(e.id, e.to, env.program(env.compile(e.criteria.source)))
                      for e in score.edges]
 
@@ -151,11 +155,13 @@ def main() -> int:
                 return to, trace
         return score.default.to, trace
 
-    peer_step = per_op_us(celpy_step, ctxs[:celpy_n], max(3, repeats // 2))
+    t = interleaved({"ours": (lambda c: step(version, "score", c), ctxs),
+                     "peer": (celpy_step, ctxs[:celpy_n]),
+                     "walk": (lambda c: advance(version, c), ctxs)}, repeats)
+    ours_step, peer_step, walk = t["ours"], t["peer"], t["walk"]
     results.append(summary("step(score): workflows.step", ours_step, "cel-python step",
                            peer_step))
     results.append(summary("step(score): cel-python step", peer_step))
-    walk = per_op_us(lambda c: advance(version, c), ctxs, repeats)
     results.append(summary("advance(root -> decision): 2 steps", walk))
     results.append(summary("publish: compile_version(w3_demo)", publish_runs))
 

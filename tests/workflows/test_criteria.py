@@ -90,7 +90,7 @@ def test_evaluate_never_raises_and_reports_non_bool():
 CEL_ALPHABET = string.ascii_letters[:12] + string.digits + " .()[]{}<>=!&|?:+-*/%,'\"\\_u\n"
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.text(max_size=60), st.text(alphabet=CEL_ALPHABET, max_size=60)))
 def test_random_strings_never_crash_the_compiler(source):
     try:
@@ -132,7 +132,7 @@ def typed_exprs():
     ), max_leaves=6)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(typed_exprs())
 def test_checker_is_sound_on_well_typed_expressions(source):
     c = compile_criterion(source, ROOTS)

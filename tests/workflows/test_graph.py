@@ -17,7 +17,7 @@ def graphs(draw):
     return succ
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(graphs())
 def test_cycle_edges_are_exactly_edges_whose_source_is_reachable_from_their_target(succ):
     expected = {(a, e) for a, edges in succ.items() for e, b in edges
@@ -25,7 +25,7 @@ def test_cycle_edges_are_exactly_edges_whose_source_is_reachable_from_their_targ
     assert set(graph.cycle_edges(succ)) == expected
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(graphs())
 def test_dominators_are_on_every_path(succ):
     if graph.cycle_edges(succ):

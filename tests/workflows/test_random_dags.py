@@ -9,7 +9,7 @@ from workflows import Workflow, advance, compile_version, validate
 from .builders import edge
 
 KINDS = ["score", "app", "review_queue", "webhook"]
-SETTINGS = settings(max_examples=40, deadline=None,
+SETTINGS = settings(max_examples=30, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
