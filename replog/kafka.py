@@ -20,6 +20,7 @@ PARTITION = 0
 linger_ms = 0
 append_timeout_s = 10.0  # a flush that takes longer fails its requests (indeterminate)
 fetch_wait_max_ms = 5  # how long the broker may hold an empty fetch; bounds idle latency
+reconnect_backoff_max_ms = 1000  # after a broker restart, reconnect within a second
 
 
 def ensure_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
@@ -57,13 +58,26 @@ class KafkaLog:
             "linger.ms": linger_ms,
             "message.timeout.ms": int(append_timeout_s * 1000),
             "socket.nagle.disable": True,
+            "reconnect.backoff.max.ms": reconnect_backoff_max_ms,
             "log_level": log_level,
+            "error_cb": self._on_error,
         }
         conf.update(producer_conf)
+        self._conf = conf
+        self._fatal: str | None = None
         self._producer = Producer(conf)
         self._readers: list[KafkaLogReader] = []
 
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():  # e.g. the idempotent producer lost its sequence: it is unusable now
+            self._fatal = str(err)
+
     def append(self, records: Sequence[bytes]) -> None:
+        if self._fatal is not None:
+            # A fresh producer (new producer id) instead of failing every append from now on;
+            # ordering across the two is safe: the appender sends one group at a time.
+            self._fatal = None
+            self._producer = Producer(self._conf)
         errors: list[str] = []
 
         def on_delivery(err, _msg) -> None:
@@ -100,6 +114,9 @@ class KafkaLogReader:
                 "fetch.min.bytes": 1,
                 "socket.nagle.disable": True,
                 "enable.partition.eof": False,
+                # Never skip silently to the end or the start: a gap would diverge the replica.
+                "auto.offset.reset": "error",
+                "reconnect.backoff.max.ms": reconnect_backoff_max_ms,
                 "log_level": log_level,
             }
         )

@@ -149,7 +149,12 @@ def test_restart_the_kafka_broker(nodes):
     time.sleep(2.0)
     cluster.up(["kafka"], log=lambda *a, **k: None)
     t_up = time.monotonic()
-    time.sleep(8.0)
+    deadline = t_up + 60.0
+    while time.monotonic() < deadline and not any(
+        i.outcome == "ok" and i.t_invoke > t_up for i in list(load.history)
+    ):
+        time.sleep(0.2)
+    time.sleep(3.0)
     load.stop()
     verdict = check_run(nodes, load)
     recovered = [
