@@ -72,7 +72,10 @@ def restore_newest(
             manifest = read_manifest(store, offset)
             fetch_parts(store, manifest, scratch)
             fetched_s = time.perf_counter() - started
-            state_machine.restore(scratch)
+            try:
+                state_machine.restore(scratch)
+            except Exception as exc:  # verified bytes it cannot read: e.g. an older format
+                raise CorruptCheckpoint(f"the state machine could not restore it: {exc!r}") from exc
             restored = state_machine.applied_offset
             if restored != offset:
                 raise CorruptCheckpoint(f"restored state is at offset {restored}, not {offset}")

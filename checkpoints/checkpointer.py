@@ -106,11 +106,14 @@ class Checkpointer:
         self._inflight: Future[Manifest | None] | None = None
         self._lock = threading.Lock()
         self._prev_offset: int | None = None
+        self._closed = False
         self.stats = CheckpointerStats()
 
     def maybe_checkpoint(self, applied_offset: int, writer_id: int) -> bool:
         """Called after each apply; captures and starts an upload when a boundary is crossed."""
         prev, self._prev_offset = self._prev_offset, applied_offset
+        if self._closed:
+            return False
         if prev is None or applied_offset // self.every_entries <= prev // self.every_entries:
             return False
         if self.busy:
@@ -209,7 +212,9 @@ class Checkpointer:
         return None if fut is None else fut.result(timeout=timeout_s)
 
     def close(self, timeout_s: float | None = None) -> None:
-        """Let the checkpoint in flight finish (its failure is already logged), then stop."""
+        """Let the checkpoint in flight finish (its failure is already logged), then stop;
+        later ``maybe_checkpoint`` calls do nothing."""
+        self._closed = True
         try:
             self.wait(timeout_s)
         except Exception:  # noqa: BLE001 - already logged by _write

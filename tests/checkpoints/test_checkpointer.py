@@ -137,3 +137,10 @@ def test_an_offset_already_checkpointed_by_another_node_is_not_rewritten(tmp_pat
 def test_limits_are_checked(tmp_path: Path, every: int, retain: int) -> None:
     with pytest.raises(ValueError):
         Checkpointer(LocalStore(tmp_path), BlobStateMachine(), every_entries=every, retain=retain)
+
+
+def test_after_close_the_apply_loop_is_left_alone(tmp_path: Path) -> None:
+    sm = BlobStateMachine()
+    cp = Checkpointer(LocalStore(tmp_path / "s"), sm, every_entries=10, retain=2)
+    cp.close()
+    assert _run(cp, sm, range(0, 25)) == []

@@ -168,6 +168,22 @@ def test_digest_mismatch_after_restore_is_rejected(store, tmp_path: Path) -> Non
     assert bootstrap(store, Lying(), scratch_root=tmp_path, verify_digest=False) == 5
 
 
+def test_a_checkpoint_the_state_machine_cannot_read_is_skipped(store, tmp_path: Path, caplog):
+    _, old, _ = _two_checkpoints(store)
+
+    class Picky(BlobStateMachine):
+        def restore(self, dir: Path) -> None:
+            super().restore(dir)
+            if self.applied_offset == 20:
+                raise ValueError("unknown snapshot format 9")
+
+    restored = Picky()
+    with caplog.at_level(logging.WARNING, logger="checkpoints"):
+        assert bootstrap(store, restored, scratch_root=tmp_path) == 10
+    assert restored.digest() == old
+    assert any("unknown snapshot format 9" in r.message for r in caplog.records)
+
+
 def test_retention_keeps_the_newest(store) -> None:
     sm = BlobStateMachine()
     for offset in (1, 2, 3, 4, 5):
