@@ -2,7 +2,8 @@
 
 A folder is deleted manifest first, so a half-deleted folder is never taken for a checkpoint.
 Folders without a manifest are deleted only when older than the newest valid checkpoint
-(newer ones may still be uploading).
+(newer ones may still be uploading). "Valid" here means the manifest reads and self-checks;
+parts are not downloaded, so keep ``retain >= 2`` to have a fallback when a part is damaged.
 """
 
 from __future__ import annotations
