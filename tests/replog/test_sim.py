@@ -87,3 +87,11 @@ def test_checkers_catch_a_core_without_fencing(monkeypatch):
     monkeypatch.setattr(Fence, "admit", accept_all)
     failing = [s for s in range(200) if run_seed(s)[0]]
     assert failing, "the simulation cannot tell a broken fence from a working one"
+
+
+def test_command_line_replays_one_seed(capsys):
+    from replog.testing.sim import main
+
+    assert main(["--seed", "18", "--trace"]) == 0
+    out = capsys.readouterr().out
+    assert "1 seeds, 0 failed" in out and "elected" in out
