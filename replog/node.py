@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from typing import Any, Protocol
 
 from replog.core import DEFAULT_LIMITS, Completion, Limits, ReplicaCore, Role
@@ -86,6 +86,7 @@ class Node:
         self._running = False
         self._threads: list[threading.Thread] = []
         self._forwarders = ThreadPoolExecutor(forward_threads_max, thread_name_prefix="forward")
+        self._forwarding: set[Future[Applied]] = set()
         self.failure: BaseException | None = None
 
     # -- public -------------------------------------------------------------------------
@@ -135,6 +136,8 @@ class Node:
             t.join(timeout=5)
         self._reader.close()
         self._forwarders.shutdown(wait=False, cancel_futures=True)
+        for fut in list(self._forwarding):  # cancelled before they ran: callers must not hang
+            _fail(fut, NotLeader("node stopping"))
 
     def submit(self, kind: str, payload: bytes, timeout_s: float) -> Future[Applied]:
         """Append an entry; the future resolves once this node applied it."""
@@ -153,6 +156,8 @@ class Node:
         if self.forwarder is None or leader is None or leader == self.advertise_url:
             fut.set_exception(NotLeader("no leader to forward to", leader))
             return fut
+        self._forwarding.add(fut)
+        fut.add_done_callback(self._forwarding.discard)
         self._forwarders.submit(self._forward, fut, leader, kind, payload, timeout_s)
         return fut
 
@@ -240,9 +245,10 @@ class Node:
             applied = self.forwarder.forward(leader, kind, payload, timeout_s)  # type: ignore[union-attr]
             if not self.wait_applied(applied.offset, max(0.0, deadline - time.monotonic())):
                 raise AppendTimeout("applied on the leader, not yet here")
-            fut.set_result(applied)
+            if not fut.done():
+                fut.set_result(applied)
         except BaseException as e:
-            fut.set_exception(e)
+            _fail(fut, e)
 
     def _resolve(self, completions: list[Completion]) -> None:
         if not completions:
@@ -256,3 +262,10 @@ class Node:
                 fut.set_exception(c.error)
             else:
                 fut.set_result(c.result)  # type: ignore[arg-type]
+
+
+def _fail(fut: Future[Applied], error: BaseException) -> None:
+    try:
+        fut.set_exception(error)
+    except InvalidStateError:  # already resolved by another path
+        pass
