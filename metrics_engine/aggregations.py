@@ -31,6 +31,7 @@ from typing import Any
 
 from metrics_engine.errors import InvariantViolation
 
+
 def _numeric(v: Any) -> bool:
     t = type(v)
     return t is int or (t is float and math.isfinite(v)) or t is bool

@@ -31,8 +31,7 @@ import orjson
 from metrics_engine.errors import InvariantViolation
 from metrics_engine.language import parse
 from metrics_engine.plan import Plan
-from metrics_engine.reservoir import (CHUNK_BYTES_TARGET, SEGMENT_BYTES_MAX, StreamReservoir,
-                                      Writer)
+from metrics_engine.reservoir import CHUNK_BYTES_TARGET, SEGMENT_BYTES_MAX, StreamReservoir, Writer
 from metrics_engine.state import CACHE_ENTRIES_MAX, StateStore
 
 FORMAT_VERSION = 1
@@ -47,7 +46,7 @@ class MetricInfo:
 
 
 def _stream_dir(stream: str) -> str:
-    if re.fullmatch(r"[A-Za-z0-9_\-]{1,%d}" % STREAM_NAME_CHARS_MAX, stream):
+    if re.fullmatch(r"[A-Za-z0-9_\-]+", stream) and len(stream) <= STREAM_NAME_CHARS_MAX:
         return stream
     return "x" + stream.encode().hex()[:2 * STREAM_NAME_CHARS_MAX]
 
@@ -66,7 +65,8 @@ class Engine:
 
     >>> import tempfile
     >>> e = Engine(tempfile.mkdtemp())
-    >>> e.define("SELECT SUM(amount) AS s5, COUNT(*) AS n5 FROM payments GROUP BY card RANGE 5 MINUTES")
+    >>> e.define("SELECT SUM(amount) AS s5, COUNT(*) AS n5 FROM payments "
+    ...          "GROUP BY card RANGE 5 MINUTES")
     ['s5', 'n5']
     >>> e.ingest("payments", {"card": "c1", "amount": 700}, 0)
     {'s5': 700, 'n5': 1}

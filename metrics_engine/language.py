@@ -9,7 +9,8 @@ Windows: ``RANGE W`` (sliding, current event included), ``RANGE W DELAY D``,
 ``RANGE UNBOUNDED``. The caller gets one ``MetricDef`` per aggregation; a bad text raises
 ``MetricSyntaxError`` with the position and what was expected.
 
->>> [m.name for m in parse("SELECT SUM(amount) AS s, COUNT(*) FROM payments GROUP BY card RANGE 5 MINUTES")]
+>>> [m.name for m in parse("SELECT SUM(amount) AS s, COUNT(*) FROM payments "
+...                         "GROUP BY card RANGE 5 MINUTES")]
 ['s', 'count_payments_by_card_range_5m']
 >>> parse("SELECT SUM(amount) FROM payments RANGE 5 MINUTE")[0].window.size_ms
 300000
@@ -353,7 +354,8 @@ def _resolve(call, alias, stream, where, group_by, window) -> MetricDef:
             raise _error_at(name_tok, f"{fname.upper()}() takes no argument")
     elif wanted == "predicate":
         if arg_kind != "expr":
-            raise _error_at(name_tok, f"{fname.upper()} needs a predicate, e.g. RATIO(is_fraud = 1)")
+            raise _error_at(name_tok,
+                            f"{fname.upper()} needs a predicate, e.g. RATIO(is_fraud = 1)")
         predicate = arg
     else:
         if arg_kind != "expr" or arg[0] != "field":
@@ -396,12 +398,16 @@ def parse(text: str) -> list[MetricDef]:
     try:
         tree = _PARSER.parse(text)
     except UnexpectedToken as e:
-        got = "end of input" if e.token.type == "$END" else repr(str(e.token))
-        raise MetricSyntaxError(f"unexpected {got}", line=e.line if e.line > 0 else 1,
-                                column=e.column if e.column > 0 else len(text) + 1,
+        if e.token.type == "$END":  # point just past the last character
+            lines = text.split("\n")
+            line, column, got = len(lines), len(lines[-1]) + 1, "end of input"
+        else:
+            line, column, got = e.line, e.column, repr(str(e.token))
+        raise MetricSyntaxError(f"unexpected {got}", line=line, column=column,
                                 expected=_readable_expected(e.expected)) from None
     except UnexpectedCharacters as e:
-        raise MetricSyntaxError(f"unexpected character {text[e.pos_in_stream]!r}", line=e.line,
+        raise MetricSyntaxError(f"unexpected character {text[e.pos_in_stream or 0]!r}",
+                                line=e.line,
                                 column=e.column, expected=_readable_expected(e.allowed)) from None
     except UnexpectedEOF as e:
         lines = text.splitlines() or [""]

@@ -45,6 +45,7 @@ def cursor_specs(w: WindowSpec) -> tuple[tuple, tuple | None]:
         return ("all",), None
     if w.kind == "hop":
         return ("hop", w.every_ms, w.align_ms, 0), ("hop", w.every_ms, w.align_ms, w.size_ms)
+    tail: tuple
     if w.exclude_current and w.delay_ms == 0:
         tail = ("prev",)
     elif w.delay_ms == 0:
@@ -200,13 +201,14 @@ class FilterNode:
 class WindowNode:
     """A window of one stream: inserts from its tail cursor, evictions from its head."""
 
-    def __init__(self, stream: str, spec: WindowSpec, store: StateStore, start_pos: int):
+    def __init__(self, stream: str, spec: WindowSpec, store: StateStore, start_pos: int,
+                 tail: Cursor, head: Cursor | None):
         self.stream, self.spec, self.store = stream, spec, store
         self.wid = f"{stream}|{spec.text()}"
         self.start_pos = start_pos
         self.filters: list[FilterNode] = []
-        self.tail: Cursor | None = None
-        self.head: Cursor | None = None
+        self.tail = tail
+        self.head = head
         self._route: list = []
 
     def refresh(self) -> None:
@@ -266,7 +268,7 @@ class WindowNode:
                 if b is None:
                     b = store.get(gid, key)
                 empty = True
-                for sid, make, field, value in slots:
+                for sid, _make, field, value in slots:
                     st = b.get(sid)
                     if st is None:
                         raise InvariantViolation(f"evicting from a missing state {sid}")
@@ -301,7 +303,7 @@ class StreamPlan:
     def refresh(self, metrics: dict[str, MetricNode]) -> None:
         for w in self.windows.values():
             w.refresh()
-        deps = {c.spec: set() for c in self.cursors.values()}
+        deps: dict[tuple, set[tuple]] = {c.spec: set() for c in self.cursors.values()}
         for w in self.windows.values():
             if w.head is not None:
                 deps[w.head.spec].add(w.tail.spec)  # a window's tail runs before its head
@@ -336,10 +338,9 @@ class Plan:
         sp = self.streams.get(d.stream)
         if sp is None:
             sp = self.streams[d.stream] = StreamPlan(d.stream, self.make_reservoir(d.stream))
-        w = sp.windows.get(d.window)
-        new_window = w is None
-        if new_window:
-            w = self._new_window(sp, d.window, recovery)
+        found = sp.windows.get(d.window)
+        new_window = found is None
+        w = self._new_window(sp, d.window, recovery) if found is None else found
         flt = next((f for f in w.filters if f.text == (render(d.where) if d.where else "")), None)
         if flt is None:
             flt = FilterNode(w.wid, d.where)
@@ -404,9 +405,8 @@ class Plan:
             head, created = self._cursor(sp, head_spec, cursor_pos)
             if not created and recovery is None:
                 start = cursor_pos = head.pos
-        w = WindowNode(sp.name, spec, self.store, start)
         tail, _ = self._cursor(sp, tail_spec, cursor_pos)
-        w.tail, w.head = tail, head
+        w = WindowNode(sp.name, spec, self.store, start, tail, head)
         sp.windows[spec] = w
         return w
 
@@ -498,7 +498,7 @@ class Plan:
             if b is None:
                 b = store.peek(g.gid, key)
             if b is None:
-                for name, sid, fin in mets:
+                for name, _sid, fin in mets:
                     out[name] = fin(None, ts)
             else:
                 for name, sid, fin in mets:
@@ -508,7 +508,7 @@ class Plan:
     def replay(self, stream: str, start: int, end: int) -> None:
         """Recompute state from reservoir events [start, end) (recovery after a crash)."""
         sp = self.streams[stream]
-        for pos, ts, ev in scan(sp.res, start, end):
+        for pos, ts, _ev in scan(sp.res, start, end):
             for c in sp.order:
                 c.advance(ts, pos + 1)
 

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import orjson
 import zstandard
@@ -152,7 +152,7 @@ class StreamReservoir:
         self.last_ts: int | None = None
         # Writer-thread side: the segment being appended to.
         self._seg_id = 0
-        self._seg_file = None
+        self._seg_file: IO[bytes] | None = None
         self._seg_size = 0
         self._seg_end: dict[int, int] = {}  # segment -> end position of its last chunk
 
@@ -250,6 +250,8 @@ class StreamReservoir:
         events = self.pending.get(k)  # written but raced with the lookup above
         if events is not None:
             return events
+        if self.directory is None:
+            raise InvariantViolation(f"chunk {k} of a memory-only reservoir is gone")
         with open(_segment_path(self.directory, meta.segment), "rb") as f:
             f.seek(meta.offset)
             record = f.read(meta.length)
@@ -261,6 +263,8 @@ class StreamReservoir:
 
     # -- writer thread -------------------------------------------------------------------
     def _write_chunk(self, k: int, meta: ChunkMeta, compressed: bytes, fsync: bool) -> None:
+        if self.directory is None:
+            raise InvariantViolation("a memory-only reservoir has no writer")
         record = HEADER.pack(MAGIC, meta.first_pos, meta.count, len(compressed),
                              zlib.crc32(compressed)) + compressed
         if self._seg_file is not None and self._seg_size + len(record) > self.segment_bytes_max:
@@ -271,10 +275,11 @@ class StreamReservoir:
             self._seg_file = open(_segment_path(self.directory, self._seg_id), "ab")
             self._seg_size = 0
         offset = self._seg_size
-        self._seg_file.write(record)
-        self._seg_file.flush()
+        seg = self._seg_file
+        seg.write(record)
+        seg.flush()
         if fsync:
-            os.fsync(self._seg_file.fileno())
+            os.fsync(seg.fileno())
         self._seg_size += len(record)
         self._seg_end[self._seg_id] = meta.end_pos
         meta.offset, meta.length, meta.segment = offset, len(record), self._seg_id
@@ -287,6 +292,8 @@ class StreamReservoir:
             self._seg_file = None
 
     def _delete_segments(self, floor: int) -> None:
+        if self.directory is None:
+            return
         for seg, end in list(self._seg_end.items()):
             if end <= floor and not (seg == self._seg_id and self._seg_file is not None):
                 _segment_path(self.directory, seg).unlink(missing_ok=True)

@@ -27,6 +27,7 @@ class Bundle(dict):
     """sid -> state; ``in_db`` says whether RocksDB may hold a copy to delete."""
 
     __slots__ = ("in_db",)
+    in_db: bool
 
 
 def _tuplify(v: Any) -> Any:
@@ -37,7 +38,7 @@ def encode_key(gid: str, key: Any) -> bytes:
     return gid.encode() + b"\x00" + orjson.dumps(key)
 
 
-def decode_key(raw: bytes) -> tuple[str, Any]:
+def decode_key(raw: Any) -> tuple[str, Any]:
     gid, _, rest = raw.partition(b"\x00")
     return gid.decode(), _tuplify(orjson.loads(rest))
 
@@ -99,6 +100,7 @@ class StateStore:
     def _load(self, ck) -> Bundle | None:
         if self.complete:
             return None
+        assert self.db is not None  # complete is True without a database
         raw = self.db.get(encode_key(*ck))
         if raw is None:
             return None
@@ -109,6 +111,7 @@ class StateStore:
     def _evict(self) -> None:
         if self.db is None:
             return  # memory-only: nowhere to spill
+        db = self.db
         self.complete = False
         n = max(1, len(self.cache) // EVICT_FRACTION)
         batch = WriteBatch(raw_mode=True)
@@ -116,7 +119,7 @@ class StateStore:
         victims = [next(it) for _ in range(n)]
         for ck in victims:
             batch.put(encode_key(*ck), pickle.dumps(dict(self.cache.pop(ck)), protocol=5))
-        self.db.write(batch)
+        db.write(batch)
 
     def flush(self) -> None:
         """Write every cached bundle to RocksDB (they stay cached)."""
@@ -160,6 +163,8 @@ class StateStore:
 
     def checkpoint(self, dest: Path) -> None:
         self.flush()
+        if self.db is None:
+            raise ValueError("a memory-only store has no checkpoint")
         Checkpoint(self.db).create_checkpoint(str(dest))
 
     def close(self) -> None:

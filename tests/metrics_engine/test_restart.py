@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -99,7 +98,7 @@ def test_snapshot_restore_on_another_engine_then_replay(tmp_path):
 
 def test_small_cache_spills_to_rocksdb_without_changing_values(tmp_path):
     want, want_digest = _reference(tmp_path)
-    eng = Engine(tmp_path / "small", fsync=False, cache_entries_max=8, **ENGINE_OPTS)
+    eng = Engine(tmp_path / "small", fsync=False, cache_entries_max=64, **ENGINE_OPTS)
     for m in METRICS:
         eng.define(m)
     got = [eng.ingest("payments", ev, t) for t, ev in events(N, 11)]

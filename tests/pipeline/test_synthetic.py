@@ -51,7 +51,7 @@ def test_fraud_patterns_include_cadence_attacks_that_dodge_hopping_windows(small
     fraud = t[t.is_fraud == 1]
     assert 0 < len(fraud) < 0.02 * len(t)
     found = 0
-    for card, g in fraud.groupby("card"):
+    for _card, g in fraud.groupby("card"):
         ts = np.sort(g.ts.to_numpy())
         for i in range(len(ts) - 4):
             if ts[i + 4] - ts[i] < 300_000:  # five payments inside a sliding 5 minutes
