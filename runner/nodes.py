@@ -28,6 +28,16 @@ ready_timeout_s = 120.0
 stop_timeout_s = 15.0
 
 
+def _die_with_parent() -> None:
+    """Linux: the node gets SIGTERM when the launching process dies (no orphan nodes)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 @dataclass
 class NodeProc:
     node_id: str
@@ -72,7 +82,8 @@ class NodeCluster:
         log_path = self.data_dir / f"{node_id}.log"
         out = open(log_path, "ab")
         proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "serve"], env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=_die_with_parent)
         node = NodeProc(node_id, port, proc, log_path)
         self.nodes[node_id] = node
         return node

@@ -6,6 +6,7 @@ Every change goes through ``service.submit`` (the log); reads use reader cursors
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -17,6 +18,9 @@ from runner.runstore.base import RunRecord
 from runner.service import Service
 from runner.state import entries, queries
 from runner.state.machine import explain
+
+
+task_visible_polls_max = 40  # x 50 ms
 
 
 def _now_ms() -> int:
@@ -91,9 +95,6 @@ def view_of_record(r: RunRecord) -> dict:
 
 
 async def app_completed(svc: Service, run_id: str, node_id: str, result: dict) -> dict:
-    task = _read(svc, queries.app_task, run_id, node_id)
-    if task is None:
-        raise NotFound("node_id", f"run {run_id} has no app task at node {node_id}")
     _, reply = await _apply(svc, entries.APP_COMPLETED,
                             {"run_id": run_id, "node_id": node_id, "result": result})
     return reply.runs[0]
@@ -192,7 +193,6 @@ def review_tasks(svc: Service, queue: str | None, status: str, limit: int) -> li
 
 
 async def claim(svc: Service, run_id: str, node_id: str, user: str) -> dict:
-    _review_task(svc, run_id, node_id)
     _, reply = await _apply(svc, entries.REVIEW_CLAIMED,
                             {"run_id": run_id, "node_id": node_id, "user": user})
     return reply.result
@@ -200,7 +200,7 @@ async def claim(svc: Service, run_id: str, node_id: str, user: str) -> dict:
 
 async def decide(svc: Service, run_id: str, node_id: str, user: str, outcome: str,
                  override: bool) -> dict:
-    task = _review_task(svc, run_id, node_id)
+    task = await _review_task(svc, run_id, node_id)
     if task["status"] != "pending":
         raise RequestInvalid("run_id", f"the review task is {task['status']}", 409)
     if task["claimed_by"] not in (None, user) and not override:
@@ -213,8 +213,13 @@ async def decide(svc: Service, run_id: str, node_id: str, user: str, outcome: st
     return await app_completed(svc, run_id, node_id, {"outcome": outcome, "reviewer": user})
 
 
-def _review_task(svc: Service, run_id: str, node_id: str) -> dict:
+async def _review_task(svc: Service, run_id: str, node_id: str) -> dict:
     task = _read(svc, queries.review_task, run_id, node_id)
+    for _ in range(task_visible_polls_max):  # a task just opened may not be in DuckDB yet
+        if task is not None or svc.sm.peek_run(run_id) is None:
+            break
+        await asyncio.sleep(0.05)
+        task = _read(svc, queries.review_task, run_id, node_id)
     if task is None or task["kind"] != "review":
         raise NotFound("run_id", f"no review task for run {run_id} at node {node_id}")
     return task

@@ -33,6 +33,9 @@ RUN_FIELDS = ("run_id", "event_id", "event_type", "workflow_id", "version", "sta
 STEP_FIELDS = ("run_id", "seq", "node_id", "node_kind", "edge_id", "next_node_id", "trace", "ts")
 SEEN_FIELDS = ("event_id", "event_type", "offset_", "ts")
 DECISION_FIELDS = ("run_id", "decision", "ts", "offset_")
+TASK_FIELDS = ("run_id", "node_id", "kind", "queue", "status", "deadline_ts", "created_ts",
+               "claimed_by", "outcome")
+OUTBOX_FIELDS = ("effect_id", "kind", "run_id", "payload", "done")
 
 
 @dataclass
@@ -43,9 +46,14 @@ class _Generation:
     steps: list[tuple] = field(default_factory=list)
     seen: list[tuple] = field(default_factory=list)
     decisions: dict[str, tuple] = field(default_factory=dict)
+    tasks: list[tuple] = field(default_factory=list)  # app_tasks rows (INSERT OR REPLACE)
+    outbox: list[tuple] = field(default_factory=list)  # outbox rows (INSERT OR IGNORE)
+    stored: dict[str, int] = field(default_factory=dict)  # run id -> offset confirmed stored
+    outbox_done: list[str] = field(default_factory=list)
 
     def rows(self) -> int:
-        return len(self.runs) + len(self.steps) + len(self.seen)
+        return (len(self.runs) + len(self.steps) + len(self.seen) + len(self.tasks)
+                + len(self.outbox) + len(self.stored) + len(self.outbox_done))
 
 
 class RowBuffer:
@@ -74,10 +82,14 @@ class RowBuffer:
         if self.current.rows() >= handoff_rows_max:
             self._hand_off()
 
-    def flush(self) -> None:
-        """Hand off the current generation and wait until every generation is in DuckDB."""
+    def hand_off_now(self) -> None:
+        """Send the current generation to the flusher without waiting (new app tasks)."""
         if self.current.rows() or self.current.decisions:
             self._hand_off()
+
+    def flush(self) -> None:
+        """Hand off the current generation and wait until every generation is in DuckDB."""
+        self.hand_off_now()
         with self._landed:
             while self._in_flight and self.failure is None:
                 self._landed.wait(0.5)
@@ -141,19 +153,34 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
         _insert(cur, "steps", STEP_FIELDS, gen.steps, "INSERT")
         _insert(cur, "decisions", DECISION_FIELDS, list(gen.decisions.values()),
                 "INSERT OR REPLACE")
+        _insert(cur, "app_tasks", TASK_FIELDS, gen.tasks, "INSERT OR REPLACE")
+        _insert(cur, "outbox", OUTBOX_FIELDS, gen.outbox, "INSERT OR IGNORE")
+        if gen.stored:
+            _register(cur, ("run_id", "stored"), list(gen.stored.items()))
+            cur.execute("UPDATE runs SET stored_offset = greatest(runs.stored_offset, s.stored) "
+                        "FROM _rows s WHERE runs.run_id = s.run_id")
+            cur.unregister("_rows")
+        if gen.outbox_done:
+            _register(cur, ("effect_id",), [(e,) for e in gen.outbox_done])
+            cur.execute("UPDATE outbox SET done = true FROM _rows d "
+                        "WHERE outbox.effect_id = d.effect_id")
+            cur.unregister("_rows")
         cur.execute("COMMIT")
     except BaseException:
         cur.execute("ROLLBACK")
         raise
 
 
+def _register(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], rows: list[tuple]) -> None:
+    columns = list(zip(*rows, strict=True))
+    cur.register("_rows", pa.table({f: pa.array(c) for f, c in zip(fields, columns, strict=True)}))
+
+
 def _insert(cur: duckdb.DuckDBPyConnection, table: str, fields: tuple[str, ...],
             rows: list[tuple], verb: str) -> None:
     if not rows:
         return
-    columns = list(zip(*rows, strict=True))
-    arrow = pa.table({f: pa.array(col) for f, col in zip(fields, columns, strict=True)})
-    cur.register("_rows", arrow)
+    _register(cur, fields, rows)
     try:
         cur.execute(f"{verb} INTO {table} ({', '.join(fields)}) SELECT * FROM _rows")
     finally:

@@ -30,6 +30,8 @@ from runner.state.effects import (
 steps_per_run_max = 64
 expired_per_tick_max = 5_000
 event_bytes_max = 64 * 1024
+# Kinds applied without touching DuckDB (their rows go to the write-behind buffer).
+HOT_KINDS = frozenset({entries.EVENT_RECEIVED, entries.EFFECTS_DONE})
 STREAM_OF_TYPE = {"order": "payments"}  # event type -> metric stream (default: the type)
 RUN_COLUMNS = ("run_id, event_id, event_type, workflow_id, version, state, node_id, decision, "
                "started_ts, updated_ts, offset_, stored_offset, event, metrics, scores, apps, "
@@ -92,7 +94,7 @@ class RunnerStateMachine:
         if handler is None:  # replog's kinds other than LeaderStarted: no state of ours
             self._applied = entry.offset
             return []
-        hot = entry.kind == entries.EVENT_RECEIVED
+        hot = entry.kind in HOT_KINDS
         if not hot:
             self.flush()  # the handler may query or update any row
             self.con.execute("BEGIN TRANSACTION")
@@ -113,8 +115,10 @@ class RunnerStateMachine:
                 self.con.execute("ROLLBACK")
             raise
         self._applied = entry.offset
-        if not hot or self._tasks_touched:
-            self.flush()  # app tasks join runs: keep them visible together
+        if not hot:
+            self.flush()
+        elif self._tasks_touched:
+            self._buffer.hand_off_now()  # new review tasks: visible to readers soon
         else:
             self._buffer.maybe_hand_off()
         return effects
@@ -246,9 +250,8 @@ class RunnerStateMachine:
         self._tasks_touched = True
         deadline = entry.ts + info.timeout_ms
         kind = "review" if info.kind == "review_queue" else "app"
-        self.con.execute(
-            "INSERT OR REPLACE INTO app_tasks VALUES (?, ?, ?, ?, 'pending', ?, ?, NULL, NULL)",
-            [run["run_id"], node, kind, info.queue, deadline, entry.ts])
+        self._buffer.current.tasks.append(
+            (run["run_id"], node, kind, info.queue, "pending", deadline, entry.ts, None, None))
         if kind == "review":
             return EnqueueReview(run["run_id"], node, info.queue or "default")
         return self._call_app_effect(run, node, info)
@@ -265,10 +268,10 @@ class RunnerStateMachine:
         payload = {"run_id": run["run_id"], "node_id": node, "event": run["event"],
                    "workflow_id": run["workflow_id"], "version": run["version"],
                    "scores": run["scores"], "path": [s["node_id"] for s in run["path"]]}
-        self.con.execute("INSERT OR IGNORE INTO outbox VALUES (?, 'webhook', ?, ?, false)",
-                         [effect_id, run["run_id"],
-                          orjson.dumps({"url": info.url, "secret_ref": info.secret_ref,
-                                        "payload": payload}).decode()])
+        self._buffer.current.outbox.append(
+            (effect_id, "webhook", run["run_id"],
+             orjson.dumps({"url": info.url, "secret_ref": info.secret_ref,
+                           "payload": payload}).decode(), False))
         return SendWebhook(effect_id, info.url or "", info.secret_ref, payload)
 
     # ----------------------------------------------------------------- apps and timers
@@ -337,11 +340,10 @@ class RunnerStateMachine:
         return [Reply(ok=True, result={"claimed_by": user})]
 
     def _effects_done(self, entry: Any, p: dict) -> list[Any]:
+        gen = self._buffer.current
         for run_id, offset in p.get("stored", []):
-            self.con.execute("UPDATE runs SET stored_offset = greatest(stored_offset, ?) "
-                             "WHERE run_id = ?", [offset, run_id])
-        for effect_id in p.get("outbox", []):
-            self.con.execute("UPDATE outbox SET done = true WHERE effect_id = ?", [effect_id])
+            gen.stored[run_id] = max(int(offset), gen.stored.get(run_id, -1))
+        gen.outbox_done.extend(str(e) for e in p.get("outbox", []))
         return []
 
     def _leader_started(self, entry: Any, p: dict) -> list[Any]:

@@ -106,8 +106,12 @@ def test_review_queue_claim_and_decide_resume_the_run(api):
     (run,) = r.json()["runs"]
     assert run["state"] == "waiting" and run["waiting_for"] == "review"
     analyst = token(client, "analyst")
-    tasks = client.get("/v1/review/tasks", params={"queue": "manual_review"},
-                       headers=analyst).json()
+    for _ in range(100):  # the queue lists tasks once they are flushed to DuckDB
+        tasks = client.get("/v1/review/tasks", params={"queue": "manual_review"},
+                           headers=analyst).json()
+        if run["run_id"] in [t["run_id"] for t in tasks]:
+            break
+        time.sleep(0.05)
     assert run["run_id"] in [t["run_id"] for t in tasks]
     base = f"/v1/review/tasks/{run['run_id']}/review"
     assert client.post(base + "/claim", headers=analyst).status_code == 200

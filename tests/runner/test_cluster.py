@@ -150,7 +150,7 @@ schema = schemathesis.pytest.from_fixture("openapi")
 
 
 @schema.parametrize()
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
 def test_schemathesis_finds_no_server_error(case, cluster):
     node = next(n for n in cluster.nodes.values() if n.alive())
     headers = admin(cluster, node.url) if not case.path.startswith("/v1/events") else auth(cluster)
