@@ -250,8 +250,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     quick = args.quick
-    n = 10_000 if quick else 300_000
-    n_sweep = 6_000 if quick else 200_000
+    n = 10_000 if quick else 200_000
+    n_sweep = 6_000 if quick else 100_000
+    n_misaligned = 3_000 if quick else 20_000
     repeats = 2 if quick else 3
     ks = [10, 20] if quick else [10, 30, 60, 120]
     rep = Report("metrics_w1", quick)
@@ -281,7 +282,7 @@ def main() -> int:
         for k in ks:
             qs = [f"SELECT SUM(amount) AS s{i}, COUNT(*) AS c{i} FROM payments GROUP BY card "
                   f"RANGE {{w}}" .replace("{w}", f"{300 + 7 * i} SECONDS") for i in range(k)]
-            r = in_child(pool, ("engine", "", 0, n_sweep // 2, 1, qs))
+            r = in_child(pool, ("engine", "", 0, n_misaligned, 1, qs))
             rep.add(part="misaligned", system=f"engine {k} windows ({k + 1} iterators)", **r)
 
     lat_flat = sweep["392 days"]["p99_us"] / max(1, sweep["5 min"]["p99_us"])

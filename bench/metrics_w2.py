@@ -88,7 +88,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description="W2 metrics benchmark")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    n = 1_000 if args.quick else 50_000
+    n = 1_000 if args.quick else 10_000
     repeats = 2 if args.quick else 3
     rep = Report("metrics_w2", args.quick)
     events = events_around_midnight(n)

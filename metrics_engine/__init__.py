@@ -3,4 +3,26 @@
 Callers create an ``Engine(data_dir)``, ``define`` metrics in the metric language, then
 ``ingest`` each event in log order and get its metric values back. Events live in compressed
 chunks on disk; aggregation state lives in RocksDB. Imports nothing else of Railflow.
+
+What the caller must do:
+- call the engine from one thread, in log order; a ``ts`` older than the stream's last one is
+  clamped to it (time never goes back);
+- pass JSON-like events (str, int, float, bool, None, lists, dicts); group-by fields hold
+  scalars; money is an int in minor units (sums stay exact ints);
+- after a crash, reopen the same ``data_dir`` and re-feed each stream from
+  ``durable_positions()[stream]``; for replicas, use ``snapshot``/``restore`` and replay.
+
+A metric defined while the engine runs is filled from the events the reservoir still holds
+for its stream (everything back to the oldest position any window of that stream needs); a
+window longer than that is exact once it has been running for its length. Events of a stream
+with no metric are not stored.
+
+Modules: ``language`` (parser), ``predicates`` (WHERE / RATIO), ``aggregations`` (states),
+``reservoir`` (chunks and segments), ``state`` (RocksDB + cache), ``plan`` (the DAG),
+``engine`` (the API), ``offline`` (the same code for batch jobs).
 """
+
+from metrics_engine.engine import Engine, MetricInfo
+from metrics_engine.errors import InvariantViolation, MetricSyntaxError
+
+__all__ = ["Engine", "MetricInfo", "MetricSyntaxError", "InvariantViolation"]
