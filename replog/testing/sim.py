@@ -50,7 +50,7 @@ class Config:
     settle_ms: int = 1200
     session_timeout_ms: int = 150
     request_timeout_ms: int = 300
-    tick_ms: int = 50
+    tick_ms: int = 100
     checkpoint_every_entries: int = 4
 
 

@@ -49,7 +49,7 @@ def test_simulation_many_seeds_hold_every_invariant():
 
 
 def test_simulation_with_the_duckdb_reference_machine():
-    failures, _ = _run(range(12), make_sm=DuckKV)
+    failures, _ = _run(range(8), make_sm=DuckKV)
     assert not failures, "\n".join(failures)
 
 
