@@ -13,6 +13,8 @@ cluster_app = typer.Typer(help="The real local cluster from infra/.", no_args_is
 demo_app = typer.Typer(help="Demo helpers.", no_args_is_help=True)
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(demo_app, name="demo")
+from pipeline.cli import app as pipeline_app  # noqa: E402 - imports no pyspark until a job runs
+app.add_typer(pipeline_app, name="pipeline")
 console = Console()
 
 CURL = ("curl -s -X POST {url}/v1/events -H \"Authorization: Bearer $(cat {key_file})\" "
