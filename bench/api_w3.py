@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from runner.demo import OrderGenerator  # noqa: E402
-from runner.nodes import NodeCluster  # noqa: E402
+from runner.nodes import NodeCluster, free_base_port  # noqa: E402
 
 RATES_FULL = (500, 1000, 2000)
 RATES_QUICK = (500, 1000)
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     started_cluster = ensure_cluster()
     topic = f"rf-bench-{uuid.uuid4().hex[:8]}"
     data_dir = Path(tempfile.mkdtemp(prefix="railflow-w3-"))
-    cluster = NodeCluster(data_dir, topic, 3)
+    cluster = NodeCluster(data_dir, topic, 3, base_port=free_base_port(3))
     results: list[dict[str, Any]] = []
     try:
         cluster.start()

@@ -28,6 +28,22 @@ ready_timeout_s = 120.0
 stop_timeout_s = 15.0
 
 
+def free_base_port(count: int = 3) -> int:
+    """A base port with ``count`` free ports after it (other runs may hold 8001-8003)."""
+    import random
+    import socket
+
+    for base in random.sample(range(20_000, 40_000, 10), 200):
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError("no free ports")
+
+
 def _die_with_parent() -> None:
     """Linux: the node gets SIGTERM when the launching process dies (no orphan nodes)."""
     try:
