@@ -1,0 +1,251 @@
+"""W4: the Spark pipeline. Point-in-time W2 features over a data set (P5) and a backtest of a
+draft workflow over historical orders (P6), each beside DuckDB over the same Parquet.
+
+Runs, in one process and one run:
+1. features: ``pipeline.features.point_in_time`` (the engine's own aggregation code per
+   group-key partition, local[*]) vs DuckDB window SQL computing the same metrics
+   (``RANGE`` frames; daily-hopping windows as per-row frame offsets). Parity: the Spark values
+   are compared with ``Engine.ingest`` fed the same events (must be 0 mismatches), and the
+   DuckDB values with the Spark ones (the window-function alternative; ties and other
+   formulas make them differ, which is why the pipeline runs the engine's code).
+2. backtest: ``w3_demo`` (draft) against ``sift_example`` (published) over history with W3
+   metrics and demo scores (``runner.scoring.demo_score``), vs a DuckDB CASE expression.
+
+P5 is reported only when the data set is ``month``; a smaller run reports its own figures
+and says so (no extrapolation). ``--quick`` uses ``tiny`` and 10 k backtest orders.
+
+    .venv/bin/python bench/pipeline_w4.py --quick
+    .venv/bin/python bench/pipeline_w4.py --size small --backtest-size small
+    .venv/bin/python bench/pipeline_w4.py            # month + 1 M orders (long)
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import duckdb  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from bench.harness import Report, spread  # noqa: E402
+from metrics_engine.language import MetricDef  # noqa: E402
+from pipeline import synthetic  # noqa: E402
+from pipeline.feature_sets import definitions  # noqa: E402
+from pipeline.features import parse_definitions  # noqa: E402
+
+CACHE = Path("/tmp/railflow-bench")
+SEED = 7
+P5_TARGET_S = 15 * 60
+P6_TARGET_S = 60
+PARITY_EVENTS_MAX = 1_000_000  # the engine reference is single-threaded Python
+DAY_MS = 86_400_000
+
+
+def dataset(size: str | int) -> Path:
+    """The synthetic data set as one Parquet file, generated once and cached."""
+    path = CACHE / f"events-{size}-{SEED}.parquet"
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        writer = None
+        for table in synthetic.iter_batches(size, SEED):
+            writer = writer or pq.ParquetWriter(tmp, table.schema, compression="zstd")
+            writer.write_table(table)
+        writer.close()
+        tmp.rename(path)
+    return path
+
+
+# -- DuckDB peer -------------------------------------------------------------------------------
+
+_SQL_AGG = {"sum": "SUM({f})", "avg": "AVG({f})", "count": "COUNT({f})",
+            "stddev_samp": "STDDEV_SAMP({f})", "skewness": "SKEWNESS({f})",
+            "count_distinct": "COUNT(DISTINCT {f})", "oldest": "FIRST_VALUE({f})",
+            "recent": "LAST_VALUE({f})", "max": "MAX({f})", "min": "MIN({f})"}
+
+
+def _frame(d: MetricDef) -> str:
+    w = d.window
+    if w.kind == "range" and not w.delay_ms and not w.exclude_current:
+        return f"RANGE BETWEEN {w.size_ms - 1} PRECEDING AND CURRENT ROW"
+    if w.kind == "hop" and w.every_ms == DAY_MS and not w.align_ms:
+        # b = last day boundary <= ts; window b - size <= t_i < b
+        return (f"RANGE BETWEEN (ts % {DAY_MS}) + {w.size_ms} PRECEDING "
+                f"AND (ts % {DAY_MS}) + 1 PRECEDING")
+    raise ValueError(f"no DuckDB frame for {w.text()}")
+
+
+def _agg(d: MetricDef) -> str:
+    if d.func == "ratio":
+        # the W2 ratio: share of card-not-present payments
+        return "AVG(CASE WHEN channel = 'cnp' THEN 1.0 ELSE 0.0 END)"
+    if d.func == "count" and d.field is None:
+        return "COUNT(*)"
+    return _SQL_AGG[d.func].format(f=d.field)
+
+
+def duckdb_sql(defs: list[MetricDef], source: str) -> str:
+    windows: dict[tuple, str] = {}
+    cols = []
+    for d in defs:
+        key = (d.group_by, _frame(d))
+        if key not in windows:
+            windows[key] = f"w{len(windows)}"
+        cols.append(f"{_agg(d)} OVER {windows[key]} AS {d.name}")
+    wdefs = ", ".join(f"{name} AS (PARTITION BY {', '.join(g)} ORDER BY ts {frame})"
+                      for (g, frame), name in windows.items())
+    return f"SELECT seq, {', '.join(cols)} FROM read_parquet('{source}') WINDOW {wdefs}"
+
+
+def run_duckdb(defs: list[MetricDef], source: Path, out: Path) -> float:
+    con = duckdb.connect()
+    con.execute("SET threads TO 2")
+    t0 = time.perf_counter()
+    con.execute(f"COPY ({duckdb_sql(defs, str(source))}) TO '{out}' (FORMAT parquet)")
+    return time.perf_counter() - t0
+
+
+def duckdb_mismatches(defs: list[MetricDef], spark_out: Path, duck_out: Path) -> dict[str, int]:
+    """Per metric, events whose DuckDB value is not exactly the Spark (= engine) value."""
+    con = duckdb.connect()
+    checks = ", ".join(
+        f"SUM(CASE WHEN s.{d.name} IS DISTINCT FROM CAST(d.{d.name} AS "
+        f"{'DOUBLE' if d.func in ('avg', 'stddev_samp', 'skewness', 'ratio') else 'BIGINT'}) "
+        f"THEN 1 ELSE 0 END) AS {d.name}" for d in defs)
+    row = con.execute(f"SELECT {checks} FROM read_parquet('{spark_out}/*.parquet') s "
+                      f"JOIN read_parquet('{duck_out}') d USING (seq)").fetchone()
+    return {d.name: int(v or 0) for d, v in zip(defs, row, strict=True)}
+
+
+# -- the benchmark ------------------------------------------------------------------------------
+
+def bench_features(report: Report, spark, size, metrics: str, repeats: int, work: Path) -> None:
+    from pipeline.features import point_in_time
+    from pipeline.parity import compare
+
+    texts = definitions(metrics)
+    defs = parse_definitions(texts)
+    source = dataset(size)
+    events = pq.ParquetFile(source).metadata.num_rows
+    spark_s, duck_s = [], []
+    spark_out, duck_out = work / "features", work / "duck.parquet"
+    for _ in range(repeats):
+        shutil.rmtree(spark_out, ignore_errors=True)
+        t0 = time.perf_counter()
+        point_in_time(spark.read.parquet(str(source)), texts).write.parquet(str(spark_out))
+        spark_s.append(time.perf_counter() - t0)
+        duck_s.append(run_duckdb(defs, source, duck_out))
+    parity = None
+    if events <= PARITY_EVENTS_MAX:
+        out = spark.read.parquet(str(spark_out)).select("seq", *[d.name for d in defs])
+        offline = {r["seq"]: r.asDict() for r in out.toLocalIterator()}
+        rows = (r for b in pq.ParquetFile(source).iter_batches(50_000) for r in b.to_pylist())
+        parity = compare(rows, texts, offline).mismatches
+    duck_bad = duckdb_mismatches(defs, spark_out, duck_out)
+    sp, dk = spread(spark_s), spread(duck_s)
+    report.add(job="features", engine="spark (engine code)", size=str(size), events=events,
+               metrics=len(defs), seconds=sp, events_per_s=events / sp["median"],
+               mismatches_vs_engine=parity if parity is not None else "not run (> 1 M)",
+               ratio_vs_duckdb=sp["median"] / dk["median"])
+    report.add(job="features", engine="duckdb window SQL", size=str(size), events=events,
+               metrics=len(defs), seconds=dk, events_per_s=events / dk["median"],
+               mismatches_vs_engine=sum(duck_bad.values()),
+               mismatching_metrics=sum(1 for v in duck_bad.values() if v),
+               ratio_vs_duckdb=1.0)
+    if size == "month":
+        report.target("P5", sp["median"], "s", P5_TARGET_S, higher_is_better=False,
+                      note=f"{len(defs)} metrics; parity mismatches: {parity}")
+    else:
+        report.targets["P5"] = {"value": None, "unit": "s", "target": P5_TARGET_S, "met": False,
+                                "note": f"not measured: ran on {size}, not month"}
+
+
+def bench_backtest(report: Report, spark, size, repeats: int, work: Path) -> None:
+    from pipeline import jobs
+    from pipeline.features import point_in_time
+
+    source = dataset(size)
+    history = work / "history"
+    shutil.rmtree(history, ignore_errors=True)
+    df = point_in_time(spark.read.parquet(str(source)), definitions("w3"))
+    jobs.add_scores(df, "runner.scoring:demo_score", "payment_abuse").write.parquet(str(history))
+    orders = spark.read.parquet(str(history)).count()
+    spark_s, duck_s = [], []
+    summary = None
+    for _ in range(repeats):
+        out = work / "backtest"
+        shutil.rmtree(out, ignore_errors=True)
+        t0 = time.perf_counter()
+        summary = jobs.run_backtest(spark, str(history), "w3_demo", str(out), 2, "sift_example", 1)
+        spark_s.append(time.perf_counter() - t0)
+        con = duckdb.connect()
+        t0 = time.perf_counter()
+        duck = dict(con.execute(f"""
+            SELECT d, COUNT(*) FROM (SELECT CASE
+              WHEN card_count_5m > 4 THEN 'block'
+              WHEN score_payment_abuse > 90 THEN 'block'
+              WHEN score_payment_abuse > 80 AND country NOT IN ('US', 'CA') THEN 'block'
+              WHEN score_payment_abuse > 60 OR amount > 10 * merchant_avg_5m
+                THEN 'needs_app_answer'
+              ELSE 'approve' END AS d
+            FROM read_parquet('{history}/*.parquet')) GROUP BY d""").fetchall())
+        duck_s.append(time.perf_counter() - t0)
+    by_action = summary["by_action"]
+    ours = {"block": by_action.get("decided:block", 0),
+            "approve": by_action.get("decided:approve", 0),
+            "needs_app_answer": by_action.get("needs_app_answer", 0)}
+    sp, dk = spread(spark_s), spread(duck_s)
+    report.add(job="backtest", engine="spark + workflows.step", size=str(size), events=orders,
+               seconds=sp, events_per_s=orders / sp["median"],
+               decision_changed=summary["compare"]["decision_changed"],
+               agrees_with_duckdb=ours == {k: duck.get(k, 0) for k in ours},
+               ratio_vs_duckdb=sp["median"] / dk["median"])
+    report.add(job="backtest", engine="duckdb CASE", size=str(size), events=orders, seconds=dk,
+               events_per_s=orders / dk["median"], ratio_vs_duckdb=1.0)
+    if orders >= 1_000_000:
+        report.target("P6", sp["median"], "s", P6_TARGET_S, higher_is_better=False,
+                      note=f"{orders} orders, two versions walked per order")
+    else:
+        report.targets["P6"] = {"value": None, "unit": "s", "target": P6_TARGET_S, "met": False,
+                                "note": f"not measured: {orders} orders, not 1 M"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--size", default=None, help="features data set (default month; quick tiny)")
+    ap.add_argument("--metrics", default="w2", help="metric set (w2, w2_card, w1)")
+    ap.add_argument("--backtest-size", default=None, help="default small (1 M); quick 10000")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--skip-features", action="store_true")
+    args = ap.parse_args()
+    size = args.size or ("tiny" if args.quick else "month")
+    bt_size = args.backtest_size or ("tiny" if args.quick else "small")
+    size = int(size) if str(size).isdigit() else size
+    bt_size = int(bt_size) if str(bt_size).isdigit() else bt_size
+    repeats = args.repeats or 1
+    metrics = args.metrics if not (args.quick and args.metrics == "w2") else "w2_card"
+
+    from pipeline.session import spark_session
+
+    spark = spark_session("bench-pipeline-w4")
+    report = Report("pipeline_w4", args.quick)
+    work = CACHE / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    if not args.skip_features:
+        bench_features(report, spark, size, metrics, repeats, work)
+    bench_backtest(report, spark, bt_size, repeats, work)
+    report.write(["job", "engine", "size", "events", "metrics", "seconds", "events_per_s",
+                  "mismatches_vs_engine", "decision_changed", "agrees_with_duckdb",
+                  "ratio_vs_duckdb"])
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
