@@ -223,6 +223,7 @@ def main() -> int:
     ap.add_argument("--backtest-size", default=None, help="default small (1 M); quick 10000")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--skip-features", action="store_true")
+    ap.add_argument("--work", default=str(CACHE / "work"), help="scratch directory")
     args = ap.parse_args()
     size = args.size or ("tiny" if args.quick else "month")
     bt_size = args.backtest_size or ("tiny" if args.quick else "small")
@@ -235,7 +236,7 @@ def main() -> int:
 
     spark = spark_session("bench-pipeline-w4")
     report = Report("pipeline_w4", args.quick)
-    work = CACHE / "work"
+    work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     if not args.skip_features:
         bench_features(report, spark, size, metrics, repeats, work)
