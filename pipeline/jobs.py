@@ -27,7 +27,8 @@ from pipeline import feature_sets, features, synthetic_job
 from pipeline.ordering import InvariantViolation, with_seq
 from workflows import Workflow, examples
 
-SUMMARY = "summary.json"
+SUMMARY = "summary.json"  # beside OUTCOMES, the per-event Parquet directory
+OUTCOMES = "outcomes"
 
 
 def load_definitions(spec: str) -> list[str]:
@@ -104,8 +105,9 @@ def run_backtest(spark: SparkSession, history: str, workflow: str, out: str,
     wf = load_workflow(workflow)
     base_ref = (load_workflow(base), base_version) if base else None
     outcomes = backtest_mod.backtest(df, wf, version, base_ref)
-    outcomes.write.mode("overwrite").parquet(out)
-    written = spark.read.parquet(out)
+    outcomes_dir = str(Path(out) / OUTCOMES)
+    outcomes.write.mode("overwrite").parquet(outcomes_dir)
+    written = spark.read.parquet(outcomes_dir)
     summary = backtest_mod.summarize(written, compare=base_ref is not None)
     summary["seconds"] = time.perf_counter() - t0
     summary["workflow"] = {"id": wf.id, "version": version}

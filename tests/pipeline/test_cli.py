@@ -24,7 +24,7 @@ def test_backtest_command_writes_outcomes_and_summary(spark, tmp_path):
     assert summary["events"] == 3
     assert summary["by_action"] == {"decided:approve": 1, "decided:block": 2}
     decisions = {r["event_id"]: r["action"] for r in
-                 pq.read_table(out).select(["event_id", "action"]).to_pylist()}
+                 pq.read_table(out / "outcomes").select(["event_id", "action"]).to_pylist()}
     assert decisions == {"a": "block", "b": "block", "c": "approve"}
 
 
