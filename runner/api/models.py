@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 event_fields_max = 200
 text_chars_max = 4_000
@@ -14,6 +15,15 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _json_encodable(value: dict[str, Any]) -> dict[str, Any]:
+    """The log stores JSON: integers must fit in 64 bits, keys must be strings."""
+    try:
+        orjson.dumps(value)
+    except TypeError as exc:
+        raise ValueError(f"not encodable as JSON: {exc}") from None
+    return value
+
+
 class EventIn(_In):
     """An event from a client system; ``ts`` is informative (the leader stamps the log time)."""
 
@@ -21,6 +31,8 @@ class EventIn(_In):
     type: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     ts: int | None = Field(default=None, ge=0, le=2**62)
     data: dict[str, Any] = Field(default_factory=dict, max_length=event_fields_max)
+
+    _data_encodable = field_validator("data")(_json_encodable)
 
 
 class EdgeTrialPublic(BaseModel):
@@ -75,6 +87,8 @@ class EventResult(BaseModel):
 
 class AppResultIn(_In):
     result: dict[str, Any] = Field(max_length=event_fields_max)
+
+    _result_encodable = field_validator("result")(_json_encodable)
 
 
 class WorkflowPublic(BaseModel):
