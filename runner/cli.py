@@ -1,4 +1,4 @@
-"""The ``railflow`` command line (Typer): ``serve``, ``demo traffic`` and ``cluster up|down|status``."""
+"""The ``railflow`` command line: ``serve``, ``demo traffic``, ``cluster up|down|status``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ demo_app = typer.Typer(help="Demo helpers.", no_args_is_help=True)
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(demo_app, name="demo")
 from pipeline.cli import app as pipeline_app  # noqa: E402 - imports no pyspark until a job runs
+
 app.add_typer(pipeline_app, name="pipeline")
 console = Console()
+DEMO_KEY_FILE = Path(".railflow/demo-api-key")
 
 CURL = ("curl -s -X POST {url}/v1/events -H \"Authorization: Bearer $(cat {key_file})\" "
         "-H 'content-type: application/json' -d '{{\"event_id\":\"o-1\",\"type\":\"order\","
@@ -81,7 +83,7 @@ def demo_traffic(
     rate: float = typer.Option(50.0, help="Orders per second."),
     duration: float = typer.Option(30.0, help="Seconds to run (0: until interrupted)."),
     url: str = typer.Option("http://127.0.0.1:8000", help="Node to send to."),
-    key_file: Path = typer.Option(Path(".railflow/demo-api-key"), help="API key file."),
+    key_file: Path = typer.Option(DEMO_KEY_FILE, help="API key file."),  # noqa: B008
     seed: int = typer.Option(7, help="Seed of the synthetic orders."),
 ) -> None:
     """Send synthetic orders at a fixed rate and print a summary of the decisions."""

@@ -14,9 +14,9 @@ from typing import Any
 
 import httpx
 import orjson
+
 from replog.errors import AppendTimeout, Fenced, NotLeader, Overloaded, ReplogError
 from replog.protocols import Applied
-
 from runner import signing
 from runner.state.effects import Reply, RunChanged
 

@@ -11,14 +11,13 @@ import time
 from typing import Any
 
 import orjson
-import workflows
 
+import workflows
 from runner.errors import NotFound, RequestInvalid
 from runner.runstore.base import RunRecord
 from runner.service import Service
 from runner.state import entries, queries
 from runner.state.machine import explain
-
 
 task_visible_polls_max = 40  # x 50 ms
 

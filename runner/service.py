@@ -17,11 +17,11 @@ import time
 from concurrent.futures import Future
 from typing import Any
 
-import checkpoints
 from hdrh.histogram import HdrHistogram
+
+import checkpoints
 from replog.node import Node
 from replog.protocols import Applied
-
 from runner import demo
 from runner.auth import AuthStore
 from runner.executor import EffectExecutor

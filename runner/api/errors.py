@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response
-from runner.api.responses import json_response
-from replog.errors import AppendTimeout, NotLeader, Overloaded, ReplogError
 
+from replog.errors import AppendTimeout, NotLeader, Overloaded, ReplogError
+from runner.api.responses import json_response
 from runner.errors import NotFound, RequestInvalid
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import workflows
-from workflows import CompiledWorkflow, OutsideWork, StepResult, WorkflowInvalid
-
 from runner.scoring import BUILTIN_DEMO, demo_score
+from workflows import CompiledWorkflow, OutsideWork, StepResult, WorkflowInvalid
 
 
 class Invalid(ValueError):

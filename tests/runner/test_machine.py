@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from replog.entry import Entry
 
+from replog.entry import Entry
 from runner.demo import W1_METRICS, w3_definition
 from runner.scoring import demo_score
 from runner.state import entries

@@ -1,11 +1,11 @@
-"""The run store contract, for the in-memory and RocksDB stores (HBase: test_cluster_runstore)."""
+"""The run store contract, for the in-memory and RocksDB stores (HBase: test_cluster)."""
 
 import pytest
 
+from runner.runstore import keys
 from runner.runstore.base import RunRecord
 from runner.runstore.memory import MemoryRunStore
 from runner.runstore.rocks import RocksRunStore
-from runner.runstore import keys
 
 
 def _run(i: int, offset: int = 1, state: str = "running", card: str = "c1") -> RunRecord:

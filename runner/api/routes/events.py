@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Request
-from runner.api.responses import json_response
 
 from runner import operations as ops
 from runner import signing
 from runner.api.deps import Client, Reader, Svc
 from runner.api.models import AppResultIn, EventIn, EventResult, RunPublic
+from runner.api.responses import json_response
 from runner.errors import RequestInvalid
 
 router = APIRouter(prefix="/v1", tags=["events"])

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, HTTPException, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from replog.errors import ReplogError
 
+from replog.errors import ReplogError
 from runner import forwarder, signing
 from runner import operations as ops
 from runner.api.deps import Svc

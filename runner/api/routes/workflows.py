@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
-from workflows import Workflow, WorkflowDiff
 
 from runner import operations as ops
 from runner.api.deps import Analyst, Manager, Svc
@@ -18,6 +17,7 @@ from runner.api.models import (
     WorkflowPublic,
 )
 from runner.state import queries
+from workflows import Workflow, WorkflowDiff
 
 router = APIRouter(prefix="/v1/workflows", tags=["workflows"])
 
