@@ -70,7 +70,8 @@ def backfill_cmd(
 def backtest_cmd(
     history: str = typer.Option(..., help="Events with metrics (the features output)."),
     workflow: str = typer.Option(..., help="Workflow JSON, or sift_example / w3_demo."),
-    out: str = typer.Option(..., help="Output directory: outcomes/ (per-event Parquet) and summary.json."),
+    out: str = typer.Option(..., help="Output directory: outcomes/ (per-event Parquet) and "
+                            "summary.json."),
     version: int = typer.Option(0, help="Version number to report (0 for a draft)."),
     base: str = typer.Option(None, help="Version to compare with (e.g. the published one)."),
     base_version: int = typer.Option(0),

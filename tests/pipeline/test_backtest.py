@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipeline.backtest import backtest, summarize, walk, compile_ref, VersionRef
+from pipeline.backtest import VersionRef, backtest, compile_ref, summarize, walk
 from workflows.examples import sift_example, w3_demo
 
 # (event_id, country, amount, score, review outcome, card_count_5m, merchant_avg_5m)
