@@ -13,7 +13,8 @@ Runs, in one process and one run:
 
 P5 is reported only when the data set is ``month``; a smaller run reports its own figures
 and says so (no extrapolation). ``--quick`` uses ``tiny`` with W1's metrics and 10 k backtest
-orders; a target not measured in a run is written with value 0.0, ``met: false`` and a note saying why.
+orders; a target not measured in a run is written with value 0.0, ``met: false`` and a
+note saying why.
 
     .venv/bin/python bench/pipeline_w4.py --quick
     .venv/bin/python bench/pipeline_w4.py --size small --backtest-size small
