@@ -64,8 +64,11 @@ class Service:
         shutil.rmtree(s.node_dir / "metrics", ignore_errors=True)
         self.sm = RunnerStateMachine(s.node_dir)
         store = checkpoints.store_from_url(s.effective_checkpoint_url)
-        restored = checkpoints.bootstrap(store, self.sm)
-        start_offset = 0 if restored is None else restored + 1
+        # The manifest's writer id seeds the fence: entries of writers deposed before the
+        # checkpoint stay ignored while the node replays the rest of the log.
+        manifest = checkpoints.restore_newest(store, self.sm)
+        start_offset = 0 if manifest is None else manifest.offset + 1
+        start_writer_id = -1 if manifest is None else manifest.writer_id
         self.checkpointer = checkpoints.Checkpointer(
             store, self.sm, s.checkpoint_every_entries, s.checkpoint_retain, node_id=s.node_id)
         if s.mode == "cluster":
@@ -87,7 +90,8 @@ class Service:
                                        s.webhook_secrets)
         self.node = Node(self.sm, self.log, election, node_id=s.node_id, advertise_url=s.url,
                          forwarder=forwarder, on_effects=self._on_effects,
-                         start_offset=start_offset, checkpointer=self.checkpointer)
+                         start_offset=start_offset, start_writer_id=start_writer_id,
+                         checkpointer=self.checkpointer)
         self.node.start()
         self._running = True
         self._housekeeper = threading.Thread(target=self._housekeeping, name="housekeeping",

@@ -2,8 +2,10 @@
 
 ``capture`` runs while apply is paused: it opens a DuckDB cursor and transaction (MVCC keeps
 that view while apply continues) and has the metrics engine write its snapshot into a temporary
-directory. ``SnapshotWriter.write(dir)`` then dumps each table to Parquet on a background
-thread and moves the engine's files in. Parts: ``<table>.parquet``, ``metrics/``, ``state.json``.
+directory. On a background thread, ``SnapshotWriter.write(dir)`` dumps each table to Parquet and
+moves the engine's files in, ``digest()`` hashes the captured view (so the checkpointer never
+hashes the live state on the apply thread), and ``close()`` releases the view.
+Parts: ``<table>.parquet``, ``metrics/``, ``state.json``.
 """
 
 from __future__ import annotations
@@ -23,37 +25,70 @@ from runner.state import schema
 
 class SnapshotWriter:
     def __init__(self, cursor: duckdb.DuckDBPyConnection, engine_dir: Path | None,
-                 applied_offset: int) -> None:
-        self._cursor = cursor
+                 applied_offset: int, engine_digest: str | None = None) -> None:
+        self._cursor: duckdb.DuckDBPyConnection | None = cursor
         self._engine_dir = engine_dir
+        self._engine_tmp = engine_dir.parent if engine_dir is not None else None
         self._applied = applied_offset
+        self._engine_digest = engine_digest
 
     def write(self, directory: Path) -> None:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        try:
-            for name, (_, order) in schema.TABLES.items():
-                target = str(directory / f"{name}.parquet").replace("'", "''")
-                self._cursor.execute(
-                    f"COPY (SELECT * FROM {name} ORDER BY {order}) TO '{target}' (FORMAT parquet)")
-            self._cursor.execute("COMMIT")
-        finally:
-            self._cursor.close()
+        cursor = self._view()
+        for name, (_, order) in schema.TABLES.items():
+            target = str(directory / f"{name}.parquet").replace("'", "''")
+            cursor.execute(
+                f"COPY (SELECT * FROM {name} ORDER BY {order}) TO '{target}' (FORMAT parquet)")
         if self._engine_dir is not None:
-            shutil.move(str(self._engine_dir), str(directory / "metrics"))
-            shutil.rmtree(self._engine_dir.parent, ignore_errors=True)
+            moved = directory / "metrics"
+            shutil.move(str(self._engine_dir), str(moved))
+            self._engine_dir = moved
         (directory / "state.json").write_text(json.dumps({"applied_offset": self._applied}))
+
+    def digest(self) -> str:
+        """The digest of the captured view; equals ``digest(con, engine)`` at the capture."""
+        engine_digest = self._engine_digest
+        if self._engine_dir is not None:
+            from metrics_engine import Engine  # a throwaway copy: the snapshot stays untouched
+
+            scratch = Path(tempfile.mkdtemp(prefix="railflow-digest-"))
+            engine = Engine(scratch / "engine", fsync=False)
+            try:
+                engine.restore(self._engine_dir)
+                engine_digest = engine.digest()
+            finally:
+                engine.close()
+                shutil.rmtree(scratch, ignore_errors=True)
+        return _hash_tables(self._view(), engine_digest)
+
+    def close(self) -> None:
+        """Release the captured view (and the engine files if ``write`` never moved them)."""
+        if self._cursor is not None:
+            self._cursor.execute("COMMIT")
+            self._cursor.close()
+            self._cursor = None
+        if self._engine_tmp is not None:
+            shutil.rmtree(self._engine_tmp, ignore_errors=True)
+            self._engine_tmp = None
+
+    def _view(self) -> duckdb.DuckDBPyConnection:
+        if self._cursor is None:
+            raise InvariantViolation("snapshot view already released")
+        return self._cursor
 
 
 def capture(con: duckdb.DuckDBPyConnection, engine: Any, applied_offset: int) -> SnapshotWriter:
     cursor = con.cursor()
     cursor.execute("BEGIN TRANSACTION")
     cursor.execute("SELECT count(*) FROM runs").fetchall()  # pin the MVCC view now
-    engine_dir = None
+    engine_dir, engine_digest = None, None
     if hasattr(engine, "snapshot"):
         engine_dir = Path(tempfile.mkdtemp(prefix="railflow-snap-")) / "metrics"
         engine.snapshot(engine_dir)
-    return SnapshotWriter(cursor, engine_dir, applied_offset)
+    elif hasattr(engine, "digest"):  # nothing to rebuild it from later: hash it now
+        engine_digest = engine.digest()
+    return SnapshotWriter(cursor, engine_dir, applied_offset, engine_digest)
 
 
 def restore(con: duckdb.DuckDBPyConnection, engine: Any, directory: Path) -> int:
@@ -75,15 +110,19 @@ def restore(con: duckdb.DuckDBPyConnection, engine: Any, directory: Path) -> int
 
 def digest(con: duckdb.DuckDBPyConnection, engine: Any) -> str:
     """A stable hash of the logical state: every table in its total order, then the engine."""
-    h = hashlib.sha256()
     cursor = con.cursor()
     try:
-        for name, (_, order) in schema.TABLES.items():
-            h.update(name.encode())
-            for row in cursor.execute(f"SELECT * FROM {name} ORDER BY {order}").fetchall():
-                h.update(repr(row).encode())
+        return _hash_tables(cursor, engine.digest() if hasattr(engine, "digest") else None)
     finally:
         cursor.close()
-    if hasattr(engine, "digest"):
-        h.update(str(engine.digest()).encode())
+
+
+def _hash_tables(cursor: duckdb.DuckDBPyConnection, engine_digest: str | None) -> str:
+    h = hashlib.sha256()
+    for name, (_, order) in schema.TABLES.items():
+        h.update(name.encode())
+        for row in cursor.execute(f"SELECT * FROM {name} ORDER BY {order}").fetchall():
+            h.update(repr(row).encode())
+    if engine_digest is not None:
+        h.update(str(engine_digest).encode())
     return h.hexdigest()

@@ -193,6 +193,8 @@ def test_replicas_agree_and_snapshot_restores_the_same_digest(tmp_path):
     log_after.offsets = itertools.count(a.applied_offset + 1)
     log_after.apply(entries.EVENT_RECEIVED, order("o-after"), ts=T0 + 99_000)  # after capture
     writer.write(tmp_path / "snap")
+    assert writer.digest() == b.digest() != a.digest()  # the captured view, not the live state
+    writer.close()
     c = RunnerStateMachine(tmp_path / "c", engine=BruteForceW1Engine())
     c.restore(tmp_path / "snap")
     assert c.applied_offset == b.applied_offset
@@ -216,3 +218,26 @@ def test_leader_started_redrives_unconfirmed_runs_only(machine):
     log.apply(entries.EFFECTS_DONE, {"stored": stored, "outbox": []})
     again = log.apply(entries.LEADER_STARTED, {})
     assert [e.record["event_id"] for e in again if isinstance(e, StoreRun)] == ["o-2"]
+
+
+def test_snapshot_digest_with_the_real_engine_is_the_captured_state(tmp_path):
+    """The checkpointer hashes the writer's captured view in the background; with the real
+    metrics engine that digest must equal a replica's digest at the capture offset."""
+    a = RunnerStateMachine(tmp_path / "a")
+    b = RunnerStateMachine(tmp_path / "b")
+    log = Log(a, b)
+    setup_w3(log)
+    for i in range(20):
+        log.apply(entries.EVENT_RECEIVED, order(f"o-{i}", card=f"c{i % 3}"), ts=T0 + i * 1000)
+    writer = a.snapshot()
+    log_after = Log(a)
+    log_after.offsets = itertools.count(a.applied_offset + 1)
+    log_after.apply(entries.EVENT_RECEIVED, order("o-after", card="c0"), ts=T0 + 99_000)
+    writer.write(tmp_path / "snap")
+    assert writer.digest() == b.digest() != a.digest()
+    writer.close()
+    c = RunnerStateMachine(tmp_path / "c")
+    c.restore(tmp_path / "snap")
+    assert c.digest() == b.digest()
+    for m in (a, b, c):
+        m.close()
