@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
-import random
 import signal
-import socket
 import time
 import uuid
 
@@ -18,7 +16,7 @@ from hypothesis import HealthCheck, settings
 
 from infra import endpoints
 from runner.demo import OrderGenerator, w3_definition
-from runner.nodes import NodeCluster
+from runner.nodes import NodeCluster, free_base_port
 from runner.runstore.hbase import HBaseRunStore
 from runner.scoring import demo_score
 
@@ -30,7 +28,7 @@ settle_timeout_s = 60
 def cluster(tmp_path_factory):
     tag = uuid.uuid4().hex[:8]
     c = NodeCluster(tmp_path_factory.mktemp("nodes"), f"rf-test-{tag}", 3,
-                    base_port=free_ports(3),
+                    base_port=free_base_port(3),
                     env={"RAILFLOW_HBASE_TABLE": f"railflow_runs_test_{tag}",
                          "RAILFLOW_TICK_INTERVAL_MS": "100"})
     c.start()
@@ -45,19 +43,6 @@ def cluster(tmp_path_factory):
         time.sleep(0.5)
     yield c
     c.stop()
-
-
-def free_ports(count: int) -> int:
-    """A base port with ``count`` free ports after it (other runs may hold 8001-8003)."""
-    for base in random.sample(range(20_000, 40_000, 10), 200):
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free ports")
 
 
 def auth(c: NodeCluster) -> dict:
