@@ -1,7 +1,10 @@
-"""The run store contract, for the in-memory and RocksDB stores (HBase: test_cluster)."""
+"""The run store contract, for the in-memory, RocksDB and real HBase stores."""
+
+import uuid
 
 import pytest
 
+from infra import endpoints
 from runner.runstore import keys
 from runner.runstore.base import RunRecord
 from runner.runstore.memory import MemoryRunStore
@@ -17,9 +20,17 @@ def _run(i: int, offset: int = 1, state: str = "running", card: str = "c1") -> R
     )
 
 
-@pytest.fixture(params=["memory", "rocksdb"])
+@pytest.fixture(params=["memory", "rocksdb", pytest.param("hbase", marks=pytest.mark.cluster)])
 def store(request, tmp_path):
-    s = MemoryRunStore() if request.param == "memory" else RocksRunStore(tmp_path / "runs")
+    if request.param == "memory":
+        s = MemoryRunStore()
+    elif request.param == "rocksdb":
+        s = RocksRunStore(tmp_path / "runs")
+    else:  # the real HBase of infra/ through its Thrift server; a fresh table per test
+        from runner.runstore.hbase import HBaseRunStore
+
+        s = HBaseRunStore(endpoints.HBASE_THRIFT_HOST, endpoints.HBASE_THRIFT_PORT,
+                          f"runs_test_{uuid.uuid4().hex[:12]}")
     yield s
     s.close()
 
