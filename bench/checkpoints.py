@@ -69,14 +69,9 @@ def store_url(kind: str, run: str, tmp: Path) -> str:
     if kind == "local":
         return (tmp / "local-store").as_uri()
     if kind == "s3":
-        return (
-            f"s3://railflow-bench/checkpoints/{run}?endpoint={endpoints.S3_ENDPOINT}"
-            f"&access_key={endpoints.S3_ACCESS_KEY}&secret_key={endpoints.S3_SECRET_KEY}"
-            f"&region={endpoints.S3_REGION}"
-        )
+        return endpoints.s3_checkpoint_url("railflow-bench", f"checkpoints/{run}")
     if kind == "hdfs":
-        host = endpoints.WEBHDFS_URL.removeprefix("http://")
-        return f"webhdfs://{host}/railflow-bench/checkpoints/{run}?user=railflow"
+        return endpoints.webhdfs_checkpoint_url(f"railflow-bench/checkpoints/{run}")
     raise ValueError(kind)
 
 

@@ -19,3 +19,14 @@ S3_REGION = "us-east-1"
 
 API_EMBEDDED = f"http://{HOST}:8000"
 API_CLUSTER_NODES = [f"http://{HOST}:{port}" for port in (8001, 8002, 8003)]
+
+
+def s3_checkpoint_url(bucket: str, prefix: str) -> str:
+    """A ``checkpoints.store_from_url`` URL for ``bucket/prefix`` on the local S3 store."""
+    return (f"s3://{bucket}/{prefix.strip('/')}?endpoint={S3_ENDPOINT}"
+            f"&access_key={S3_ACCESS_KEY}&secret_key={S3_SECRET_KEY}&region={S3_REGION}")
+
+
+def webhdfs_checkpoint_url(path: str, user: str = "railflow") -> str:
+    """A ``checkpoints.store_from_url`` URL for ``path`` on the local HDFS, through WebHDFS."""
+    return f"webhdfs://{WEBHDFS_URL.removeprefix('http://')}/{path.strip('/')}?user={user}"

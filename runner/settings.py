@@ -75,9 +75,7 @@ class Settings(BaseSettings):
         if self.checkpoint_url:
             return self.checkpoint_url
         if self.mode == "cluster":  # shared by the nodes of one log: any may bootstrap from it
-            return (f"s3://railflow-checkpoints/{self.kafka_topic}?endpoint={endpoints.S3_ENDPOINT}"
-                    f"&region={endpoints.S3_REGION}&access_key={endpoints.S3_ACCESS_KEY}"
-                    f"&secret_key={endpoints.S3_SECRET_KEY}")
+            return endpoints.s3_checkpoint_url("railflow-checkpoints", self.kafka_topic)
         return f"file://{(self.data_dir / self.node_id / 'checkpoints').resolve()}"
 
     @property

@@ -22,13 +22,8 @@ def _url(kind: str, tmp_path: Path) -> str:
     if kind == "local":
         return (tmp_path / "store").as_uri()
     if kind == "s3":
-        return (
-            f"s3://{S3_BUCKET}/{run}?endpoint={endpoints.S3_ENDPOINT}"
-            f"&access_key={endpoints.S3_ACCESS_KEY}&secret_key={endpoints.S3_SECRET_KEY}"
-            f"&region={endpoints.S3_REGION}"
-        )
-    host = endpoints.WEBHDFS_URL.removeprefix("http://")
-    return f"webhdfs://{host}{HDFS_ROOT}/{run}?user=railflow"
+        return endpoints.s3_checkpoint_url(S3_BUCKET, run)
+    return endpoints.webhdfs_checkpoint_url(f"{HDFS_ROOT}/{run}")
 
 
 @pytest.fixture(
