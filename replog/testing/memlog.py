@@ -17,6 +17,7 @@ class MemLog:
         self._cv = threading.Condition()
         self.fail_appends = False
         self.held_writers: set[int] = set()  # their appends wait, like a paused leader's
+        self.frozen_appends: dict[int, int] = {}  # writer id -> appends waiting in hold
 
     def hold(self, writer_id: int) -> None:
         with self._cv:
@@ -32,7 +33,10 @@ class MemLog:
             raise AppendFailed("injected")
         writer_id = Entry.decode(records[0]).writer_id if records else None
         with self._cv:
-            self._cv.wait_for(lambda: writer_id not in self.held_writers)
+            if writer_id in self.held_writers:
+                self.frozen_appends[writer_id] = self.frozen_appends.get(writer_id, 0) + 1
+                self._cv.wait_for(lambda: writer_id not in self.held_writers)
+                self.frozen_appends[writer_id] -= 1
             self.records.extend(records)
             self._cv.notify_all()
 

@@ -60,7 +60,12 @@ def test_follower_forwards_and_any_node_reads_its_write(nodes):
     assert body["applied_offset"] >= body["offset"]  # resolved after the follower applied it
     leader_writer = nodes.status(leader)["my_writer_id"]
     assert body["writer_id"] == leader_writer
-    read = nodes.get(f2, f"/read?key=ryw&min_offset={body['offset']}")
+    # A loaded follower may need more than the default 2 s to reach the offset; the read must
+    # wait for it (200), never answer from an older state.
+    r = nodes.http.get(f"{nodes.url(f2)}/read?key=ryw&min_offset={body['offset']}&timeout_s=30",
+                       timeout=40.0)
+    assert r.status_code == 200, r.text
+    read = r.json()
     assert read["value"] == 42 and read["applied_offset"] >= body["offset"]
     assert read["writer_id"] == leader_writer
 

@@ -76,6 +76,7 @@ def test_deposed_leader_fails_pending_and_its_late_write_is_fenced(cluster):
     assert wait_for(lambda: a.is_leader)
     log.hold(1)  # writer 1 freezes inside its append, like a leader in a GC pause
     pending = a.submit(ops.KIND, ops.put("late", 1), 5)
+    assert wait_for(lambda: log.frozen_appends.get(1, 0) > 0)  # the write is inside its append
     b.election.elect(2)
     assert wait_for(lambda: b.is_leader)
     assert wait_for(lambda: a.role is Role.FOLLOWER)  # fenced by writer 2 in the log
