@@ -150,6 +150,7 @@ class StreamReservoir:
         self.next_pos = first_pos
         self.durable_pos = first_pos
         self.last_ts: int | None = None
+        self._trim_floor_sent = -1  # the largest floor handed to the writer for deletion
         # Writer-thread side: the segment being appended to.
         self._seg_id = 0
         self._seg_file: IO[bytes] | None = None
@@ -195,15 +196,17 @@ class StreamReservoir:
             if chunks[n].segment < 0 and self.directory is not None:
                 break  # not durable yet: keep it until the writer has placed it
             n += 1
-        if n == 0:
-            return
         for k in range(self.chunk_base, self.chunk_base + n):
             self.pending.pop(k, None)
             self.decoded.pop(k, None)
             self.fetching.pop(k, None)
         del chunks[:n]
         self.chunk_base += n
-        if self.writer is not None:
+        # Segment deletion is decided on the writer thread, after every chunk submitted so far
+        # is placed: a writer that lags behind ingest must still delete what the floor passed,
+        # so the floor goes to it even when no chunk could leave memory yet.
+        if self.writer is not None and floor > self._trim_floor_sent:
+            self._trim_floor_sent = floor
             self.writer.submit(("trim", self, floor))
 
     # -- reading -------------------------------------------------------------------------
@@ -243,10 +246,13 @@ class StreamReservoir:
         if (self.prefetcher is None or k >= self.open_no or k < self.chunk_base
                 or k in self.pending or k in self.decoded or k in self.fetching):
             return
-        self.fetching[k] = self.prefetcher.submit(self._read, k)
+        # The meta is taken here, on the ingest thread: ``trim`` may shift ``chunks`` while the
+        # prefetch thread runs, so it must not index the list itself.
+        self.fetching[k] = self.prefetcher.submit(self._read, k, self.chunks[k - self.chunk_base])
 
-    def _read(self, k: int) -> list:
-        meta = self.chunks[k - self.chunk_base]
+    def _read(self, k: int, meta: ChunkMeta | None = None) -> list:
+        if meta is None:
+            meta = self.chunks[k - self.chunk_base]
         events = self.pending.get(k)  # written but raced with the lookup above
         if events is not None:
             return events
