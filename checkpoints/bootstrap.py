@@ -41,10 +41,11 @@ def bootstrap(
     *,
     scratch_root: Path | None = None,
     verify_digest: bool = True,
+    key: bytes | None = None,
 ) -> int | None:
     """Restore the newest valid checkpoint; return its offset, or None when there is none."""
     manifest = restore_newest(
-        store, state_machine, scratch_root=scratch_root, verify_digest=verify_digest
+        store, state_machine, scratch_root=scratch_root, verify_digest=verify_digest, key=key
     )
     return None if manifest is None else manifest.offset
 
@@ -55,9 +56,11 @@ def restore_newest(
     *,
     scratch_root: Path | None = None,
     verify_digest: bool = True,
+    key: bytes | None = None,
 ) -> Manifest | None:
     """Like ``bootstrap`` but returns the whole manifest: a replog node also needs its
-    ``writer_id`` (the fence at that offset) as ``start_writer_id``."""
+    ``writer_id`` and ``writer_seq`` (the fence at that offset) as ``start_writer_id`` and
+    ``start_writer_seq``. With ``key``, only manifests signed with it are restored."""
     offsets = list_offsets(store)
     if not offsets:
         log.info("no checkpoint in %s: replaying the log from the start", store.url)
@@ -69,7 +72,7 @@ def restore_newest(
         scratch = Path(tempfile.mkdtemp(prefix=f"restore-{offset}-", dir=scratch_root))
         started = time.perf_counter()
         try:
-            manifest = read_manifest(store, offset)
+            manifest = read_manifest(store, offset, key)
             fetch_parts(store, manifest, scratch)
             fetched_s = time.perf_counter() - started
             try:

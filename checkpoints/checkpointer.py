@@ -8,6 +8,12 @@ retention run on one background thread. At most one checkpoint is in flight; a b
 crossed while one is still uploading is skipped. Failures are logged and counted, never raised
 into the apply loop.
 
+Every node captures at the same offsets, so each boundary is also where replicas compare
+state: each digest computed is kept in ``digests`` (offset -> digest, the newest
+``DIGESTS_KEPT_MAX``), and when another node's manifest for the offset is already in the store,
+its digest is compared with ours; a mismatch is logged as an error, counted in
+``stats.digest_mismatches`` and passed to ``on_mismatch``: the replicas diverged.
+
 A snapshot writer may offer ``digest()`` (computed on its captured view, in the background)
 and ``close()`` (release the view); without ``digest()`` the state machine's ``digest()`` is
 called during the capture and counts toward the pause.
@@ -32,6 +38,7 @@ from typing import Any, Protocol
 from checkpoints.errors import InvariantViolation
 from checkpoints.layout import manifest_key
 from checkpoints.manifest import Manifest
+from checkpoints.read import read_manifest
 from checkpoints.retention import RETAIN_MAX, prune
 from checkpoints.stores import CheckpointStore
 from checkpoints.write import upload_checkpoint
@@ -44,6 +51,7 @@ PAUSE_WARN_MS = 50.0
 # hashing and upload drops several-fold under load, at the cost of slower checkpoints).
 BACKGROUND_NICE = 10
 EVERY_ENTRIES_MIN = 1
+DIGESTS_KEPT_MAX = 1024
 
 
 class SnapshotWriter(Protocol):
@@ -68,6 +76,7 @@ class CheckpointerStats:
     last_offset: int = -1
     last_bytes: int = 0
     last_upload_s: float = 0.0
+    digest_mismatches: int = 0
     pauses_s: collections.deque[float] = field(
         default_factory=lambda: collections.deque(maxlen=PAUSES_KEPT_MAX)
     )
@@ -85,6 +94,8 @@ class Checkpointer:
         scratch_root: Path | None = None,
         clock_ms: Callable[[], int] | None = None,
         background_nice: int | None = BACKGROUND_NICE,
+        key: bytes | None = None,
+        on_mismatch: Callable[[int, str, Manifest], None] | None = None,
     ) -> None:
         if every_entries < EVERY_ENTRIES_MIN:
             raise ValueError(f"every_entries must be >= {EVERY_ENTRIES_MIN}, got {every_entries}")
@@ -107,9 +118,12 @@ class Checkpointer:
         self._lock = threading.Lock()
         self._prev_offset: int | None = None
         self._closed = False
+        self.key = key  # signs manifests (see checkpoints.manifest)
+        self.on_mismatch = on_mismatch
+        self.digests: collections.OrderedDict[int, str] = collections.OrderedDict()
         self.stats = CheckpointerStats()
 
-    def maybe_checkpoint(self, applied_offset: int, writer_id: int) -> bool:
+    def maybe_checkpoint(self, applied_offset: int, writer_id: int, writer_seq: int = -1) -> bool:
         """Called after each apply; captures and starts an upload when a boundary is crossed."""
         prev, self._prev_offset = self._prev_offset, applied_offset
         if self._closed:
@@ -122,7 +136,7 @@ class Checkpointer:
                 "checkpoint at %d skipped: the previous one is still uploading", applied_offset
             )
             return False
-        self.checkpoint(applied_offset, writer_id)
+        self.checkpoint(applied_offset, writer_id, writer_seq)
         return True
 
     @property
@@ -130,7 +144,9 @@ class Checkpointer:
         with self._lock:
             return self._inflight is not None and not self._inflight.done()
 
-    def checkpoint(self, applied_offset: int, writer_id: int) -> Future[Manifest | None]:
+    def checkpoint(
+        self, applied_offset: int, writer_id: int, writer_seq: int = -1
+    ) -> Future[Manifest | None]:
         """Capture now (on the caller's thread, which must be the apply thread) and upload in
         the background. The future gives the manifest, or None when this offset already had
         a checkpoint in the store."""
@@ -159,12 +175,17 @@ class Checkpointer:
         created_at_ms = self._clock_ms()
         with self._lock:
             self._inflight = self._pool.submit(
-                self._write, writer, applied_offset, writer_id, digest, created_at_ms
+                self._write, writer, applied_offset, (writer_id, writer_seq), digest, created_at_ms
             )
             return self._inflight
 
     def _write(
-        self, writer: Any, offset: int, writer_id: int, digest: str | None, created_at_ms: int
+        self,
+        writer: Any,
+        offset: int,
+        fence: tuple[int, int],
+        digest: str | None,
+        created_at_ms: int,
     ) -> Manifest | None:
         scratch = Path(tempfile.mkdtemp(prefix=f"ckpt-{offset}-", dir=self.scratch_root))
         started = time.perf_counter()
@@ -179,18 +200,22 @@ class Checkpointer:
                 close = getattr(writer, "close", None)
                 if callable(close):
                     close()
+            self._record_digest(offset, digest)
             if self.store.exists(manifest_key(offset)):
-                # Another node already checkpointed this offset; the state there is the same.
+                # Another node already checkpointed this offset: its state must be ours.
                 self.stats.skipped_existing += 1
+                self._compare(offset, digest)
                 return None
             manifest = upload_checkpoint(
                 self.store,
                 scratch,
                 offset=offset,
-                writer_id=writer_id,
+                writer_id=fence[0],
+                writer_seq=fence[1],
                 digest=digest,
                 created_at_ms=created_at_ms,
                 writer_node=self.node_id,
+                key=self.key,
             )
             prune(self.store, self.retain)
             self.stats.taken += 1
@@ -204,6 +229,28 @@ class Checkpointer:
             raise
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def _record_digest(self, offset: int, digest: str) -> None:
+        with self._lock:
+            self.digests[offset] = digest
+            while len(self.digests) > DIGESTS_KEPT_MAX:
+                self.digests.popitem(last=False)
+
+    def _compare(self, offset: int, digest: str) -> None:
+        try:
+            theirs = read_manifest(self.store, offset, self.key)
+        except Exception:  # noqa: BLE001 - a manifest we cannot read proves nothing either way
+            log.warning("could not read the manifest at %d to compare digests", offset,
+                        exc_info=True)
+            return
+        if theirs.digest and theirs.digest != digest:
+            self.stats.digest_mismatches += 1
+            log.error(
+                "REPLICA DIVERGED at offset %d: this node (%s) has digest %s, node %s wrote %s",
+                offset, self.node_id, digest, theirs.writer_node or "?", theirs.digest,
+            )
+            if self.on_mismatch is not None:
+                self.on_mismatch(offset, digest, theirs)
 
     def wait(self, timeout_s: float | None = None) -> Manifest | None:
         """Wait for the checkpoint in flight, if any; re-raises its failure."""

@@ -4,11 +4,18 @@
 captured at, the writer id of the log at that point, the capture time, the state machine's
 digest, and each part's relative path, size and sha256. The manifest carries a sha256 of its
 own canonical body, so a flipped byte anywhere in it is caught too.
+
+With a key, the manifest also carries an HMAC-SHA256 of that body (``manifest_hmac``), and a
+reader holding the key refuses a manifest without a valid one: since the manifest pins every
+part's sha256, nothing of a checkpoint is read (e.g. engine state that holds pickles) unless a
+holder of the cluster's key wrote it. ``writer_id``/``writer_seq`` are the log's fence at the
+offset; a restored node seeds its fence with both.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -38,6 +45,7 @@ class Manifest:
     digest: str
     parts: tuple[Part, ...]
     writer_node: str = ""
+    writer_seq: int = -1  # -1: a manifest from before the fence's seq was recorded
     format: str = FORMAT
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -45,14 +53,21 @@ class Manifest:
     def total_bytes(self) -> int:
         return sum(p.size for p in self.parts)
 
-    def to_bytes(self) -> bytes:
+    def to_bytes(self, key: bytes | None = None) -> bytes:
         body = _body(self)
-        body["manifest_sha256"] = hashlib.sha256(_canonical(body)).hexdigest()
+        canonical = _canonical(body)
+        body["manifest_sha256"] = hashlib.sha256(canonical).hexdigest()
+        if key is not None:
+            body["manifest_hmac"] = hmac.new(key, canonical, hashlib.sha256).hexdigest()
         return json.dumps(body, indent=1, sort_keys=True).encode() + b"\n"
 
     @staticmethod
-    def from_bytes(data: bytes, *, expected_offset: int | None = None) -> Manifest:
-        """Parse and self-check a manifest; raise CorruptCheckpoint with the reason otherwise."""
+    def from_bytes(
+        data: bytes, *, expected_offset: int | None = None, key: bytes | None = None
+    ) -> Manifest:
+        """Parse and self-check a manifest; raise CorruptCheckpoint with the reason otherwise.
+
+        With ``key``, the manifest must carry a valid HMAC under it."""
         if len(data) > MANIFEST_BYTES_MAX:
             raise CorruptCheckpoint(f"manifest is {len(data)} bytes, over {MANIFEST_BYTES_MAX}")
         try:
@@ -62,9 +77,15 @@ class Manifest:
         if not isinstance(body, dict):
             raise CorruptCheckpoint("manifest is not a JSON object")
         claimed = body.pop("manifest_sha256", None)
-        actual = hashlib.sha256(_canonical(body)).hexdigest()
+        signed = body.pop("manifest_hmac", None)
+        canonical = _canonical(body)
+        actual = hashlib.sha256(canonical).hexdigest()
         if claimed != actual:
             raise CorruptCheckpoint(f"manifest checksum mismatch ({claimed} != {actual})")
+        if key is not None:
+            want = hmac.new(key, canonical, hashlib.sha256).hexdigest()
+            if not isinstance(signed, str) or not hmac.compare_digest(signed, want):
+                raise CorruptCheckpoint("manifest is not signed with this cluster's key")
         if body.get("format") != FORMAT:
             raise CorruptCheckpoint(f"unknown manifest format {body.get('format')!r}")
         try:
@@ -79,6 +100,7 @@ class Manifest:
                 digest=str(body["digest"]),
                 parts=parts,
                 writer_node=str(body.get("writer_node", "")),
+                writer_seq=int(body.get("writer_seq", -1)),
                 extra=dict(body.get("extra", {})),
             )
         except (KeyError, TypeError, ValueError) as exc:

@@ -23,7 +23,7 @@ def list_offsets(store: CheckpointStore) -> list[int]:
     return sorted((o for o in offsets if o is not None), reverse=True)
 
 
-def read_manifest(store: CheckpointStore, offset: int) -> Manifest:
+def read_manifest(store: CheckpointStore, offset: int, key: bytes | None = None) -> Manifest:
     try:
         data = store.get_bytes(manifest_key(offset), MANIFEST_BYTES_MAX)
     except FileNotFoundError:
@@ -32,7 +32,7 @@ def read_manifest(store: CheckpointStore, offset: int) -> Manifest:
         )
     except ValueError as exc:
         raise CorruptCheckpoint(str(exc)) from None
-    return Manifest.from_bytes(data, expected_offset=offset)
+    return Manifest.from_bytes(data, expected_offset=offset, key=key)
 
 
 def fetch_parts(store: CheckpointStore, manifest: Manifest, dst: Path) -> None:

@@ -33,6 +33,8 @@ def upload_checkpoint(
     created_at_ms: int,
     writer_node: str = "",
     threads: int = UPLOAD_THREADS_MAX,
+    writer_seq: int = -1,
+    key: bytes | None = None,
 ) -> Manifest:
     """Upload the files under ``parts_root`` as the checkpoint at ``offset``; manifest last."""
     prefix = f"{PARTS_DIR_PREFIX}{uuid.uuid4().hex[:12]}"
@@ -44,6 +46,7 @@ def upload_checkpoint(
         digest=digest,
         parts=tuple(part for _, part in found),
         writer_node=writer_node,
+        writer_seq=writer_seq,
     )
     started = time.perf_counter()
     workers = max(1, min(threads, UPLOAD_THREADS_MAX, len(found)))
@@ -53,7 +56,7 @@ def upload_checkpoint(
         futures = [pool.submit(store.put_file, part_key(offset, p.path), src) for src, p in ordered]
         for fut in futures:
             fut.result()
-    store.put_bytes(manifest_key(offset), manifest.to_bytes())
+    store.put_bytes(manifest_key(offset), manifest.to_bytes(key))
     log.info(
         "checkpoint %d written to %s: %d parts, %d bytes in %.3f s",
         offset,

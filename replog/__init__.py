@@ -12,7 +12,9 @@ What the caller does:
 - build ``Node(sm, log, election, node_id=..., advertise_url=..., forwarder=...)`` with
   ``kafka.KafkaLog`` + ``zk.ZkElection`` (cluster) or ``filelog.FileLog`` +
   ``single.SingleNodeElection`` (embedded); when restoring from a checkpoint, pass
-  ``start_offset = offset + 1`` and ``start_writer_id`` = the checkpoint's writer id;
+  ``start_offset = offset + 1``, ``start_writer_id`` and ``start_writer_seq`` = the
+  checkpoint's fence; ``start()`` raises ``LogTruncated`` when the log no longer holds
+  ``start_offset`` (retention passed the newest usable checkpoint);
 - ``start()``, then ``submit(kind, payload, timeout_s)`` from any thread: the future gives
   ``Applied(offset, writer_id, effects)`` once this node applied the entry, or ``NotLeader``,
   ``Fenced``, ``AppendTimeout``, ``AppendFailed``, ``Overloaded``; a failure is indeterminate
@@ -30,6 +32,7 @@ from replog.errors import (
     AppendTimeout,
     Fenced,
     InvariantViolation,
+    LogTruncated,
     NotLeader,
     Overloaded,
     ReplogError,
@@ -60,6 +63,7 @@ __all__ = [
     "Forwarder",
     "InvariantViolation",
     "Limits",
+    "LogTruncated",
     "LogAdapter",
     "LogReader",
     "Node",

@@ -65,6 +65,10 @@ class Step:
     entry: Entry  # with ts clamped so that applied time never goes backwards
     verdict: Verdict | None  # None: an offset already processed (a redelivery)
     completions: list[Completion] = field(default_factory=list)
+    # This node was elected but the log shows a newer writer (or fenced its own
+    # LeaderStarted): it must leave the election and rejoin with a larger id, or it would hold
+    # leadership without ever serving.
+    resign: bool = False
 
     @property
     def apply(self) -> bool:
@@ -81,12 +85,19 @@ class _Draft:
 
 class ReplicaCore:
     def __init__(
-        self, *, start_offset: int = 0, start_writer_id: int = -1, limits: Limits = DEFAULT_LIMITS
+        self,
+        *,
+        start_offset: int = 0,
+        start_writer_id: int = -1,
+        start_writer_seq: int = -1,
+        limits: Limits = DEFAULT_LIMITS,
     ):
         self.limits = limits
         self.role = Role.FOLLOWER
         self.my_writer_id: int | None = None
-        self.fence = Fence(start_writer_id)
+        # Seeded from a checkpoint's (writer_id, seq): a restored replica must skip the same
+        # duplicates after the checkpoint as the replicas that applied the whole log.
+        self.fence = Fence(start_writer_id, start_writer_seq)
         self.next_offset = start_offset
         self.last_ts = 0  # largest ts applied
         self._stamped_ts = 0  # largest ts this node stamped
@@ -125,6 +136,8 @@ class ReplicaCore:
         completions = self._fail_all(NotLeader("leadership changed"))
         self.role = Role.STARTING
         self.my_writer_id = writer_id
+        if writer_id == self.fence.writer_id:  # the same id again: continue above its last seq
+            self._next_seq = max(self._next_seq, self.fence.seq + 1)
         seq = self._new_seq()
         self._drafts[seq] = _Draft(
             seq, KIND_LEADER_STARTED, leader_started_payload(writer_id), None
@@ -226,7 +239,15 @@ class ReplicaCore:
         verdict = self.fence.admit(entry.writer_id, entry.seq)
         step = Step(entry, verdict)
         if verdict is not Verdict.ACCEPT:
+            own_start = (
+                self.role is Role.STARTING
+                and entry.writer_id == self.my_writer_id
+                and entry.seq == self._leader_started_seq
+            )
             step.completions = self._drop_own(entry, Fenced(f"entry {verdict.value}"))
+            if own_start:  # its own LeaderStarted will never apply: give leadership up
+                step.completions += self.deposed(f"own LeaderStarted {verdict.value}")
+                step.resign = True
             return step
         if entry.ts < self.last_ts:
             step.entry = replace(entry, ts=self.last_ts)
@@ -237,6 +258,7 @@ class ReplicaCore:
             self.role = Role.FOLLOWER
             self.my_writer_id = None
             self._leader_started_seq = None
+            step.resign = True
         return step
 
     def finish(self, step: Step, effects: list[Any]) -> list[Completion]:

@@ -3,6 +3,7 @@
 Callers see ``NotLeader`` (retry on the leader), ``Fenced`` (a newer leader wrote first: the
 request was not acknowledged and may or may not be applied), ``AppendTimeout`` (indeterminate),
 ``Overloaded`` (queue full: shed load) and ``AppendFailed`` (the log refused the entry).
+``LogTruncated`` stops a node whose log lost the entries it needs to replay.
 ``InvariantViolation`` marks a bug and stays on under ``python -O``, unlike ``assert``.
 """
 
@@ -39,6 +40,11 @@ class Overloaded(ReplogError):
 
 class AppendFailed(ReplogError):
     """The log adapter reported a failed append; the entry may still be in the log."""
+
+
+class LogTruncated(ReplogError):
+    """The log no longer holds the offsets this node must replay (retention deleted them):
+    replaying from further on would silently diverge, so the node refuses to start."""
 
 
 def require(condition: bool, message: str) -> None:

@@ -4,6 +4,11 @@ The producer is idempotent with ``acks=all`` (no duplicates or reordering on ret
 small linger, tuned for latency; ``append`` is one group commit (produce all, one flush). The
 reader uses ``assign()`` on partition 0 from an offset, with no consumer group and no commits:
 where to resume is the node's business (checkpoint offset + 1).
+
+Retention: the topic deletes by size only (``retention.ms=-1``), with ``retention.bytes`` chosen
+by the caller so that the log always holds more entries than its oldest kept checkpoint needs
+(``retention_bytes_for``). ``first_offset()`` says where the log starts now, so a node whose
+start offset was deleted refuses to start (``replog.LogTruncated``) instead of diverging.
 """
 
 from __future__ import annotations
@@ -12,9 +17,16 @@ import uuid
 from collections.abc import Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
-from replog.errors import AppendFailed, AppendTimeout
+from replog.errors import AppendFailed, AppendTimeout, LogTruncated
 
 PARTITION = 0
 linger_ms = 0
@@ -23,17 +35,58 @@ fetch_wait_max_ms = 5  # how long the broker may hold an empty fetch; bounds idl
 reconnect_backoff_max_ms = 1000  # after a broker restart, reconnect within a second
 
 
-def ensure_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
-    """Create the topic with one partition and replication 1, unless it exists."""
+segment_bytes = 64 * 1024 * 1024  # retention deletes whole segments: keep them small
+
+
+def retention_bytes_for(every_entries: int, retain: int, entry_bytes_max: int) -> int:
+    """A ``retention.bytes`` under which the log still holds every entry after the oldest
+    of ``retain`` checkpoints taken each ``every_entries`` entries of at most
+    ``entry_bytes_max`` bytes, plus one interval in progress and one open segment."""
+    return (retain + 1) * every_entries * entry_bytes_max + 2 * segment_bytes
+
+
+def topic_config(retention_bytes: int | None) -> dict[str, str]:
+    if retention_bytes is None:
+        return {}
+    return {
+        "cleanup.policy": "delete",
+        "retention.ms": "-1",  # time never deletes: only size, which the checkpoints bound
+        "retention.bytes": str(retention_bytes),
+        "segment.bytes": str(segment_bytes),
+    }
+
+
+def ensure_topic(
+    bootstrap: str, topic: str, timeout_s: float = 30.0, retention_bytes: int | None = None
+) -> None:
+    """Create the topic with one partition and replication 1, unless it exists; with
+    ``retention_bytes``, set (or reset) its retention to it."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
+    config = topic_config(retention_bytes)
     futures = admin.create_topics(
-        [NewTopic(topic, num_partitions=1, replication_factor=1)], request_timeout=timeout_s
+        [NewTopic(topic, num_partitions=1, replication_factor=1, config=config)],
+        request_timeout=timeout_s,
     )
     try:
         futures[topic].result(timeout=timeout_s)
+        return
     except KafkaException as e:
         if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
+    if config:
+        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                   for k, v in config.items()]
+        resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
+        for fut in admin.incremental_alter_configs([resource]).values():
+            fut.result(timeout=timeout_s)
+
+
+def topic_settings(bootstrap: str, topic: str, timeout_s: float = 30.0) -> dict[str, str]:
+    """The topic's effective configuration (for checks and tests)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+    return {name: entry.value for name, entry in configs.items()}
 
 
 class KafkaLog:
@@ -44,13 +97,14 @@ class KafkaLog:
         *,
         create: bool = True,
         log_level: int = 6,
+        retention_bytes: int | None = None,
         **producer_conf,
     ):
         self.bootstrap = bootstrap
         self.topic = topic
         self.log_level = log_level  # librdkafka syslog level: 6 info, 3 errors, 0 silent
         if create:
-            ensure_topic(bootstrap, topic)
+            ensure_topic(bootstrap, topic, retention_bytes=retention_bytes)
         conf = {
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,
@@ -91,6 +145,18 @@ class KafkaLog:
             raise AppendTimeout(f"{remaining} records not delivered in {append_timeout_s} s")
         if errors:
             raise AppendFailed(errors[0])
+
+    def first_offset(self, timeout_s: float = 2.0) -> int:
+        """The oldest offset the log still holds (retention moves it forward)."""
+        consumer = Consumer({"bootstrap.servers": self.bootstrap,
+                             "group.id": f"replog-{uuid.uuid4().hex}",
+                             "enable.auto.commit": False, "log_level": self.log_level})
+        try:
+            low, _high = consumer.get_watermark_offsets(
+                TopicPartition(self.topic, PARTITION), timeout=timeout_s)
+        finally:
+            consumer.close()
+        return low
 
     def open_reader(self, start_offset: int) -> KafkaLogReader:
         reader = KafkaLogReader(self.bootstrap, self.topic, start_offset, self.log_level)
@@ -137,6 +203,8 @@ class KafkaLogReader:
             if err is not None:
                 if err.retriable() or err.code() == KafkaError._PARTITION_EOF:
                     continue
+                if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+                    raise LogTruncated(f"the log lost offsets this node still needs: {err}")
                 raise KafkaException(err)
             out.append((msg.offset(), msg.value()))  # type: ignore[arg-type]
         return out

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from replog.core import DEFAULT_LIMITS, Completion, Limits, ReplicaCore, Role
 from replog.entry import Entry
-from replog.errors import AppendTimeout, NotLeader, ReplogError
+from replog.errors import AppendTimeout, LogTruncated, NotLeader, ReplogError
 from replog.protocols import (
     Applied,
     Deposed,
@@ -41,7 +41,7 @@ append_retry_backoff_s = 0.05  # after a failed append, so a down log is not ham
 
 
 class Checkpointer(Protocol):
-    def maybe_checkpoint(self, applied_offset: int, writer_id: int) -> None: ...
+    def maybe_checkpoint(self, applied_offset: int, writer_id: int, writer_seq: int) -> None: ...
 
 
 def wall_clock_ms() -> int:
@@ -63,6 +63,7 @@ class Node:
         clock: Callable[[], int] = wall_clock_ms,
         checkpointer: Checkpointer | None = None,
         start_writer_id: int = -1,
+        start_writer_seq: int = -1,
         limits: Limits = DEFAULT_LIMITS,
     ):
         self.sm = state_machine
@@ -76,7 +77,10 @@ class Node:
         self.clock = clock
         self.checkpointer = checkpointer
         self.core = ReplicaCore(
-            start_offset=start_offset, start_writer_id=start_writer_id, limits=limits
+            start_offset=start_offset,
+            start_writer_id=start_writer_id,
+            start_writer_seq=start_writer_seq,
+            limits=limits,
         )
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # appender: a batch may be ready
@@ -117,6 +121,24 @@ class Node:
         return self.election.leader_url()
 
     def start(self) -> None:
+        """Open the log at ``start_offset`` and join the election.
+
+        Raises ``LogTruncated`` when the log starts after ``start_offset``: the entries in
+        between are gone, and applying what follows would build a state no other replica has.
+        """
+        first_offset = getattr(self.log, "first_offset", None)
+        if callable(first_offset):
+            try:
+                first = first_offset()
+            except Exception as e:  # log unreachable now: the reader reports a gap later
+                log.warning("could not ask the log where it starts: %s", e)
+                first = 0
+            if self.start_offset < first:
+                raise LogTruncated(
+                    f"the log starts at offset {first} but this node must replay from "
+                    f"{self.start_offset}: restore a newer checkpoint, or lengthen the log's "
+                    "retention"
+                )
         self._reader = self.log.open_reader(self.start_offset)
         self._running = True
         for name, target in (("loop", self._loop), ("appender", self._appender)):
@@ -224,6 +246,9 @@ class Node:
             step = self.core.begin(entry)
         self._applied = self.core.applied_offset  # readers see it before acks go out
         self._resolve(step.completions)
+        if step.resign:
+            log.warning("%s gives up leadership: the log holds a newer writer", self.node_id)
+            threading.Thread(target=self.election.resign, daemon=True).start()
         if not step.apply:
             return
         effects = self.sm.apply(step.entry)
@@ -235,7 +260,8 @@ class Node:
         if self.on_effects is not None:
             self.on_effects(step.entry, effects)
         if self.checkpointer is not None:
-            self.checkpointer.maybe_checkpoint(step.entry.offset, self.core.fence.writer_id)
+            fence = self.core.fence
+            self.checkpointer.maybe_checkpoint(step.entry.offset, fence.writer_id, fence.seq)
 
     def _forward(
         self, fut: Future[Applied], leader: str, kind: str, payload: bytes, timeout_s: float

@@ -38,6 +38,9 @@ class ZkElection:
         self._on_event: Callable[[ElectionEvent], None] | None = None
         self._url = b""
         self._lock = threading.RLock()
+        # Serializes joins (never taken on kazoo's connection thread): a resign racing a
+        # session loss must not leave two znodes of this node, one of them blocking the rest.
+        self._join_lock = threading.Lock()
         self._stopped = False
         self._lost = False  # the session was lost: rejoin with a new znode on reconnect
 
@@ -72,15 +75,21 @@ class ZkElection:
         return self._leader_url
 
     def resign(self) -> None:
-        with self._lock:
-            self._depose("resigned")
-            me, self._me = self._me, None
-        if me is not None:
-            try:
-                self._zk.delete(f"{self.path}/{me}")  # type: ignore[union-attr]
-            except NoNodeError:
-                pass
-        self._join()
+        with self._join_lock:
+            with self._lock:
+                self._depose("resigned")
+                me, self._me = self._me, None
+                if self._lost or self._stopped:
+                    return  # the reconnection (or nobody) rejoins
+            if me is not None:
+                try:
+                    self._zk.delete(f"{self.path}/{me}")  # type: ignore[union-attr]
+                except NoNodeError:
+                    pass
+                except Exception:  # the session is in trouble: _on_state rejoins after it
+                    log.warning("resign could not delete %s", me, exc_info=True)
+                    return
+            self._join_locked()
 
     def stop(self) -> None:
         self._stopped = True
@@ -95,11 +104,16 @@ class ZkElection:
 
     # -- internals ----------------------------------------------------------------------
     def _join(self) -> None:
-        created = self._zk.create(  # type: ignore[union-attr]
-            f"{self.path}/{_PREFIX}", self._url, ephemeral=True, sequence=True
-        )
-        with self._lock:
-            self._me = created.rsplit("/", 1)[1]
+        with self._join_lock:
+            self._join_locked()
+
+    def _join_locked(self) -> None:
+        if self._me is None:
+            created = self._zk.create(  # type: ignore[union-attr]
+                f"{self.path}/{_PREFIX}", self._url, ephemeral=True, sequence=True
+            )
+            with self._lock:
+                self._me = created.rsplit("/", 1)[1]
         self._check()
 
     def _check(self, _event: object = None) -> None:

@@ -4,13 +4,17 @@
 8001.. (``infra.endpoints.API_CLUSTER_NODES``) against the infra/ cluster, waits until one
 leads, prints the demo key, and stops the nodes on Ctrl-C. Programs use ``NodeCluster``.
 Every node shares the data directory's ``auth.json`` (keys are created before the nodes start)
-and keeps its own state under ``<data_dir>/<node_id>``.
+and its ``cluster-secrets.json`` (random app, token and cluster secrets made on first start and
+passed to every node: cluster mode refuses the defaults), and keeps its own state under
+``<data_dir>/<node_id>``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -22,10 +26,26 @@ import httpx
 
 from runner.auth import AuthStore
 from runner.cli import demo_credentials
-from runner.settings import Settings
+from runner.settings import DEMO_SECRETS
 
 ready_timeout_s = 120.0
 stop_timeout_s = 15.0
+
+
+def cluster_secrets(data_dir: Path) -> dict[str, str]:
+    """The secrets every node of this data directory shares, created once (owner-only file)."""
+    path = data_dir / "cluster-secrets.json"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({name: secrets.token_urlsafe(32) for name in DEMO_SECRETS}))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+    return json.loads(path.read_text())
+
+
+def secrets_env(data_dir: Path) -> dict[str, str]:
+    return {f"RAILFLOW_{name.upper()}": value for name, value in cluster_secrets(data_dir).items()}
 
 
 def free_base_port(count: int = 3) -> int:
@@ -80,11 +100,13 @@ class NodeCluster:
     env: dict[str, str] = field(default_factory=dict)
     nodes: dict[str, NodeProc] = field(default_factory=dict)
     api_key: str = ""
+    shared_secrets: dict[str, str] = field(default_factory=dict)
     password: str = ""
 
     def start(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        auth = AuthStore(self.data_dir / "auth.json", Settings().token_secret)
+        self.shared_secrets = cluster_secrets(self.data_dir)
+        auth = AuthStore(self.data_dir / "auth.json", self.shared_secrets["token_secret"])
         self.api_key, self.password, _ = demo_credentials(self.data_dir, auth)
         for i in range(self.nodes_count):
             self.start_node(f"node-{i + 1}", self.base_port + i)
@@ -94,7 +116,8 @@ class NodeCluster:
         env = dict(os.environ, RAILFLOW_MODE="cluster", RAILFLOW_NODE_ID=node_id,
                    RAILFLOW_PORT=str(port), RAILFLOW_DATA_DIR=str(self.data_dir),
                    RAILFLOW_KAFKA_TOPIC=self.topic,
-                   RAILFLOW_ELECTION_PATH=f"/railflow/{self.topic}/leader", **self.env)
+                   RAILFLOW_ELECTION_PATH=f"/railflow/{self.topic}/leader",
+                   **secrets_env(self.data_dir), **self.env)
         log_path = self.data_dir / f"{node_id}.log"
         out = open(log_path, "ab")
         proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "serve"], env=env,

@@ -24,6 +24,7 @@ from replog.node import Node
 from replog.protocols import Applied
 from runner import demo
 from runner.auth import AuthStore
+from runner.errors import RequestInvalid
 from runner.executor import EffectExecutor
 from runner.forwarder import HttpForwarder
 from runner.runstore import RunStore, open_run_store
@@ -56,6 +57,7 @@ class Service:
         self._demo_checked = False
         self.app_urls = {"demo_score": f"{settings.url}/demo/score", **settings.app_urls}
         self.round_trip = LatencyRecorder()
+        self.diverged: list[dict] = []  # checkpoint offsets where replicas disagreed
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -64,20 +66,28 @@ class Service:
         shutil.rmtree(s.node_dir / "metrics", ignore_errors=True)
         self.sm = RunnerStateMachine(s.node_dir)
         store = checkpoints.store_from_url(s.effective_checkpoint_url)
-        # The manifest's writer id seeds the fence: entries of writers deposed before the
-        # checkpoint stay ignored while the node replays the rest of the log.
-        manifest = checkpoints.restore_newest(store, self.sm)
+        # Only manifests signed with the cluster's key are trusted: restoring reads engine
+        # state that is not safe to load from anyone else.
+        key = s.checkpoint_key()
+        # The manifest's (writer id, seq) seeds the fence: entries of writers deposed before
+        # the checkpoint, and duplicates of entries before it, stay ignored on replay.
+        manifest = checkpoints.restore_newest(store, self.sm, key=key)
         start_offset = 0 if manifest is None else manifest.offset + 1
         start_writer_id = -1 if manifest is None else manifest.writer_id
+        start_writer_seq = -1 if manifest is None else manifest.writer_seq
         self.checkpointer = checkpoints.Checkpointer(
-            store, self.sm, s.checkpoint_every_entries, s.checkpoint_retain, node_id=s.node_id)
+            store, self.sm, s.checkpoint_every_entries, s.checkpoint_retain, node_id=s.node_id,
+            key=key, on_mismatch=self._digest_mismatch)
         if s.mode == "cluster":
-            from replog.kafka import KafkaLog
+            from replog.kafka import KafkaLog, retention_bytes_for
             from replog.zk import ZkElection
 
-            self.log = KafkaLog(s.kafka_bootstrap, s.kafka_topic)
+            self.log = KafkaLog(s.kafka_bootstrap, s.kafka_topic,
+                                retention_bytes=retention_bytes_for(
+                                    s.checkpoint_every_entries, s.checkpoint_retain,
+                                    s.log_entry_bytes_max))
             election = ZkElection(s.zookeeper, s.election_path, s.session_timeout_s)
-            forwarder = HttpForwarder(s.app_secret)
+            forwarder = HttpForwarder(s.cluster_secret)
         else:
             from replog.filelog import FileLog
             from replog.single import SingleNodeElection
@@ -91,7 +101,7 @@ class Service:
         self.node = Node(self.sm, self.log, election, node_id=s.node_id, advertise_url=s.url,
                          forwarder=forwarder, on_effects=self._on_effects,
                          start_offset=start_offset, start_writer_id=start_writer_id,
-                         checkpointer=self.checkpointer)
+                         start_writer_seq=start_writer_seq, checkpointer=self.checkpointer)
         self.node.start()
         self._running = True
         self._housekeeper = threading.Thread(target=self._housekeeping, name="housekeeping",
@@ -111,6 +121,12 @@ class Service:
     def is_leader(self) -> bool:
         return self.node.is_leader
 
+    def _digest_mismatch(self, offset: int, ours: str, theirs: Any) -> None:
+        self.telemetry.digest_mismatches.inc()
+        self.diverged.append({"offset": offset, "digest": ours, "other_digest": theirs.digest,
+                              "other_node": theirs.writer_node})
+        del self.diverged[:-100]  # the newest are enough to investigate
+
     def ready(self) -> bool:
         return self._running and self.node.failure is None and (
             self.node.is_leader or self.node.leader_url() is not None)
@@ -127,8 +143,11 @@ class Service:
         return fut
 
     async def submit(self, kind: str, payload: dict, timeout_s: float | None = None) -> Applied:
-        fut = self._submit_raw(kind, entries.encode(payload),
-                               timeout_s or self.settings.submit_timeout_s)
+        raw = entries.encode(payload)
+        if len(raw) > self.settings.log_entry_bytes_max:  # the log's retention assumes it
+            raise RequestInvalid("body", f"the request is {len(raw)} bytes as a log entry, over "
+                                 f"{self.settings.log_entry_bytes_max}", 413)
+        fut = self._submit_raw(kind, raw, timeout_s or self.settings.submit_timeout_s)
         return await asyncio.wrap_future(fut)
 
     @staticmethod

@@ -2,18 +2,30 @@
 
 With no variables at all, a node runs embedded: file log, single node, RocksDB run store and
 local checkpoints, all under ``./.railflow``. ``RAILFLOW_MODE=cluster`` switches to Kafka +
-ZooKeeper + HBase + S3/HDFS at the addresses of ``infra.endpoints`` unless overridden.
+ZooKeeper + HBase + S3/HDFS at the addresses of ``infra.endpoints`` unless overridden, and
+refuses to start while any shared secret (``RAILFLOW_APP_SECRET``, ``RAILFLOW_TOKEN_SECRET``,
+``RAILFLOW_CLUSTER_SECRET``) is a built-in default or shorter than ``secret_chars_min``.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infra import endpoints
+
+DEMO_SECRETS = {
+    "app_secret": "railflow-demo-app-secret",
+    "token_secret": "railflow-demo-token-secret",
+    "cluster_secret": "railflow-demo-cluster-secret",
+}
+secret_chars_min = 24
 
 
 class Settings(BaseSettings):
@@ -41,6 +53,9 @@ class Settings(BaseSettings):
     checkpoint_url: str | None = None  # defaults to file://<data_dir>/checkpoints
     checkpoint_every_entries: int = 20_000
     checkpoint_retain: int = 3
+    # The log's size retention is derived from these (replog.kafka.retention_bytes_for): it
+    # always holds every entry after the oldest kept checkpoint. Larger entries are refused.
+    log_entry_bytes_max: int = 1024 * 1024
 
     # behaviour
     demo: bool = True  # preload the demo workflow and metrics when the state is empty
@@ -53,12 +68,46 @@ class Settings(BaseSettings):
     webhook_attempts_max: int = 6
     webhook_backoff_ms_base: int = 200
     webhook_backoff_ms_max: int = 10_000
-    # shared secrets; the same on every node of a cluster
-    app_secret: str = "railflow-demo-app-secret"
-    token_secret: str = "railflow-demo-token-secret"
+    # shared secrets; the same on every node of a cluster, never the defaults in cluster mode
+    app_secret: str = DEMO_SECRETS["app_secret"]  # signs app calls and their callbacks
+    token_secret: str = DEMO_SECRETS["token_secret"]  # signs console tokens
+    token_secrets_previous: list[str] = Field(default_factory=list)  # still verified: rotation
+    cluster_secret: str = DEMO_SECRETS["cluster_secret"]  # forwarding, checkpoint manifests
     api_keys: list[str] = Field(default_factory=list)  # extra client keys (cluster nodes)
     app_urls: dict[str, str] = Field(default_factory=dict)  # app name -> URL of the app
     webhook_secrets: dict[str, str] = Field(default_factory=dict)  # secret_ref -> secret
+
+    @model_validator(mode="after")
+    def _no_default_secrets_in_cluster(self) -> Settings:
+        if self.mode == "cluster":
+            weak = [name for name, default in DEMO_SECRETS.items()
+                    if getattr(self, name) == default or len(getattr(self, name))
+                    < secret_chars_min]
+            if weak:
+                names = ", ".join(f"RAILFLOW_{n.upper()}" for n in weak)
+                raise ValueError(f"cluster mode refuses default or short secrets: set {names} "
+                                 f"(at least {secret_chars_min} characters, the same on every "
+                                 "node)")
+        return self
+
+    def resolved_cluster_secret(self) -> str:
+        """The cluster secret; an embedded node with the default one uses a random secret of
+        its own kept in the data directory (nothing to configure, nothing guessable)."""
+        if self.cluster_secret != DEMO_SECRETS["cluster_secret"]:
+            return self.cluster_secret
+        path = self.data_dir / "cluster-secret"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(secrets.token_urlsafe(32))
+            tmp.chmod(0o600)
+            tmp.replace(path)
+        return path.read_text().strip()
+
+    def checkpoint_key(self) -> bytes:
+        """Signs and verifies checkpoint manifests (derived: never the forwarding key itself)."""
+        return hmac.new(self.resolved_cluster_secret().encode(), b"railflow checkpoint manifest",
+                        hashlib.sha256).digest()
 
     @property
     def url(self) -> str:

@@ -29,6 +29,10 @@ class Telemetry:
         self.applied_offset = Gauge("railflow_applied_offset", "Last applied log offset",
                                     registry=r)
         self.is_leader = Gauge("railflow_is_leader", "1 when this node leads", registry=r)
+        self.digest_mismatches = Counter(
+            "railflow_replica_digest_mismatches",
+            "Checkpoint offsets where this node's state digest differs from the stored one",
+            registry=r)
         self.store_backlog = Gauge("railflow_run_store_backlog", "Runs queued for the store",
                                    registry=r)
 

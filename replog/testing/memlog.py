@@ -18,6 +18,10 @@ class MemLog:
         self.fail_appends = False
         self.held_writers: set[int] = set()  # their appends wait, like a paused leader's
         self.frozen_appends: dict[int, int] = {}  # writer id -> appends waiting in hold
+        self.start = 0  # offsets below were deleted, as by a retention policy
+
+    def first_offset(self) -> int:
+        return self.start
 
     def hold(self, writer_id: int) -> None:
         with self._cv:

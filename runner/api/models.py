@@ -177,6 +177,7 @@ class HealthPublic(BaseModel):
     role: str
     leader_url: str | None
     applied_offset: int
+    diverged_offsets: list[int] = []  # checkpoint offsets where replicas' digests differed
 
 
 class ScoreRequest(BaseModel):

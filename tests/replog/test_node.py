@@ -154,7 +154,7 @@ def test_checkpointer_hook_is_called_after_apply(tmp_path: pathlib.Path):
     calls = []
 
     class Recorder:
-        def maybe_checkpoint(self, offset, writer_id):
+        def maybe_checkpoint(self, offset, writer_id, writer_seq):
             calls.append((offset, writer_id))
 
     node = Node(

@@ -20,9 +20,11 @@ router = APIRouter()
 @router.get("/healthz", response_model=HealthPublic, tags=["ops"])
 def healthz(svc: Svc):
     node = svc.node
-    return {"status": "ok" if svc.ready() else "starting", "node_id": svc.settings.node_id,
+    status = "diverged" if svc.diverged else "ok" if svc.ready() else "starting"
+    return {"status": status, "node_id": svc.settings.node_id,
             "role": node.role.value, "leader_url": node.leader_url(),
-            "applied_offset": node.applied_offset}
+            "applied_offset": node.applied_offset,
+            "diverged_offsets": [d["offset"] for d in svc.diverged]}
 
 
 @router.get("/metrics", tags=["ops"], response_class=Response)
@@ -52,7 +54,7 @@ def score(body: ScoreRequest):
 async def forwarded(request: Request, svc: Svc,
                     railflow_signature: Annotated[str | None, Header()] = None):
     body = await request.body()
-    if not signing.verify(svc.settings.app_secret, body, railflow_signature, ops._now_ms()):
+    if not signing.verify(svc.settings.cluster_secret, body, railflow_signature, ops._now_ms()):
         raise HTTPException(401, "bad signature")
     kind, payload, timeout_s = forwarder.decode_request(body)
     if not svc.node.is_leader:
