@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from runner import __doc__ as runner_doc
-from runner.api import errors
+from runner.api import errors, sift
 from runner.api.routes import events, metrics, ops, review, workflows
 from runner.service import Service
 from runner.settings import Settings
@@ -36,4 +36,5 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
     errors.install(app)
     for module in (events, workflows, metrics, review, ops):
         app.include_router(module.router)
+    sift.install(app)  # the Sift-compatible door (docs/sift.md)
     return app
