@@ -177,6 +177,30 @@ def test_a_review_decided_with_apply_order_decision_resumes_the_run(client):
     assert latest["payment_abuse"]["decision"]["id"] == "approve_reviewed"
 
 
+def test_a_user_decision_resolves_the_users_waiting_review(client, node):
+    props, _ = find_last4(60, 80, order_id="s-userdec", user_id="u-userdec", country="NG",
+                          amount=3_000_000_000, channel="card-not-present")
+    _, status = track(client, props)
+    assert status["state"] == "running"
+    door = node["app"].state.sift
+    for _ in range(100):  # the user's runs are found through the run store's index
+        if door.user_runs("u-userdec"):
+            break
+        time.sleep(0.05)
+    r = client.apply_user_decision("u-userdec", {
+        "decision_id": "reject", "source": "MANUAL_REVIEW", "analyst": "a@example.com"})
+    assert r.http_status_code == 200 and r.body["entity"] == {"type": "user",
+                                                              "id": "u-userdec"}
+    done = client.get_workflow_status(status["id"]).body
+    assert done["state"] == "finished" and decision_of(done) == "block_reviewed"
+    for _ in range(100):
+        latest = client.get_user_decisions("u-userdec").body["decisions"]
+        if latest:
+            break
+        time.sleep(0.05)
+    assert latest["payment_abuse"]["decision"]["id"] == "block_reviewed"
+
+
 def test_wrong_key_raises_status_51(node):
     wrong = sift.Client(api_key="not-a-key", api_url=node["url"], account_id=ACCOUNT)
     with pytest.raises(ApiException) as exc:

@@ -8,6 +8,8 @@ from decimal import Decimal
 import pytest
 from sift.utils import DecimalEncoder
 
+from replog.errors import AppendTimeout, NotLeader, Overloaded
+from runner.api.sift import _as_sift
 from runner.sift import present, translate
 from runner.sift.codes import SiftError
 from runner.sift.config import SiftSettings
@@ -133,3 +135,13 @@ def test_rate_limiter_refills():
     assert not limiter.allow("k", 0.0)
     assert limiter.allow("k", 1.0) and limiter.allow("other", 1.0)
     assert RateLimiter(0, 1).allow("k")
+
+
+@pytest.mark.parametrize(("exc", "http", "status"), [
+    (NotLeader("no leader", None), 503, -3), (AppendTimeout("slow"), 504, -3),
+    (Overloaded("full"), 429, 60),
+    (RuntimeError("bug"), 500, -1)])
+def test_server_failures_become_sift_errors(exc, http, status):
+    err = _as_sift(exc)
+    assert (err.http_status, err.status) == (http, status)
+    assert err.body()["status"] == status and err.body()["error_message"]
