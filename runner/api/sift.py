@@ -55,7 +55,7 @@ def _as_sift(exc: Exception) -> SiftError:
             return SiftError(BAD_API_KEY, str(exc.detail), 401, {"WWW-Authenticate": "Basic"})
         return SiftError(BAD_VALUE, str(exc.detail), exc.status_code)
     if isinstance(exc, NotFound):
-        return SiftError(BAD_VALUE, exc.message, 404)
+        return SiftError(BAD_VALUE, exc.message, 404, title="Not found")
     if isinstance(exc, RequestInvalid):
         return SiftError(BAD_VALUE, f"{exc.field}: {exc.message}",
                          exc.status if exc.status in (404, 409) else 400)
@@ -195,6 +195,20 @@ def decisions(account: str, request: Request, door: Door, _: Client,
         next_ref = str(request.url.include_query_params(**{"from": start + limit,
                                                            "limit": limit}))
     return json_response({"data": page, "has_more": more, "next_ref": next_ref})
+
+
+_ALL_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+async def not_served(rest: str):
+    """Sift endpoints Railflow does not serve (score, labels, verification, PSP merchants,
+    session and content decisions) answer Sift's JSON, not a bare 404."""
+    raise SiftError(BAD_VALUE, "see docs/sift.md", 404, title="Endpoint not served by Railflow")
+
+
+for _prefix in (*EVENT_VERSIONS, "v3", "v1/verification"):
+    router.add_api_route(f"/{_prefix}/{{rest:path}}", not_served, methods=_ALL_METHODS,
+                         include_in_schema=False, name=f"sift_not_served_{_prefix}")
 
 
 class RawIdsMiddleware:

@@ -111,7 +111,8 @@ class SiftDoor:
         try:
             run = ops.get_run(self.svc, run_id)
         except NotFound:
-            raise SiftError(BAD_VALUE, f"no workflow run {run_id}", 404) from None
+            raise SiftError(BAD_VALUE, f"no workflow run {run_id}", 404,
+                            title="Not found") from None
         return present.workflow_status(run, self.definition(run), self.cfg,
                                        self.event_data(run_id))
 

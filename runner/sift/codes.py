@@ -33,15 +33,16 @@ class SiftError(Exception):
     """A Sift-shaped failure: HTTP ``http_status``, Sift ``status``, a message naming the field."""
 
     def __init__(self, status: int, detail: str = "", http_status: int = 400,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, title: str | None = None) -> None:
         super().__init__(detail or MESSAGES.get(status, "error"))
         self.status = status
         self.detail = detail
         self.http_status = http_status
         self.headers = headers or {}
+        self.title = title or MESSAGES.get(status, "error")
 
     def body(self) -> dict:
-        message = MESSAGES.get(self.status, "error")
+        message = self.title
         if self.detail:
             message = f"{message}: {self.detail}"
         # v205 readers look at status/error_message; v3 readers at error/description.

@@ -283,6 +283,16 @@ def test_flags_versions_and_decision_catalogue(client, node):
     assert client.get_user_decisions("u-block").http_status_code == 200
 
 
+def test_unserved_endpoints_answer_sift_json(client):
+    for call in (lambda: client.score("u1"), lambda: client.label("u1", {"$is_bad": True}),
+                 lambda: client.get_session_decisions("u1", "s1"),
+                 lambda: client.get_workflow_status("r_missing")):
+        with pytest.raises(ApiException) as exc:
+            call()
+        assert exc.value.http_status_code == 404 and exc.value.api_status == 53
+        assert exc.value.api_error_message
+
+
 def test_rate_limit_answers_429_with_status_60(node):
     limited = sift.Client(api_key=node["key"], api_url=node["url"], account_id=ACCOUNT,
                           timeout=15)
