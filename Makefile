@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test test-unit cluster-up cluster-down cluster-status bench lint venv clean
+.PHONY: run test test-unit cluster-up cluster-down cluster-status bench lint venv clean console browser
 
 # The venv is (re)built only when pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml
@@ -17,14 +17,30 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-run: $(STAMP)
+run: $(STAMP) console
 	$(VENV)/bin/railflow serve
+
+# The web console (console/), rebuilt only when its sources changed. Without npm the API
+# still serves and /console says how to build it.
+CONSOLE_STAMP := console/dist/.built
+CONSOLE_SRC := $(shell find console/src console/index.html console/package.json \
+  console/package-lock.json console/vite.config.ts console/tsconfig.json console/openapi.json \
+  -type f ! -name schema.d.ts 2>/dev/null)
+console: $(CONSOLE_STAMP)
+$(CONSOLE_STAMP): $(CONSOLE_SRC)
+	@if command -v npm >/dev/null 2>&1; then \
+	  cd console && npm ci --no-audit --no-fund && npm run build && touch dist/.built; \
+	else echo "npm not found: the console is not built (needs Node 20); the API still serves"; fi
+
+# Debian's Chromium for the browser tests (never a browser download of Playwright's own).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq chromium; }
 
 # Runs every test against the real cluster. The pytest session uses the cluster if it already
 # runs, else starts it (infra/, tests/conftest.py) and stops only what it started, so a shared
 # cluster is never taken down under someone else. A skipped cluster test, or no test at all
 # (pytest exit code 5), fails the run.
-test: $(STAMP)
+test: $(STAMP) console browser
 	@set +e; RAILFLOW_REQUIRE_CLUSTER=1 $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; \
 	  exit $$rc

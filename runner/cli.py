@@ -72,6 +72,13 @@ def serve(
                   f"{url}  (API docs: {url}/docs)")
     console.print(f"  demo client API key : {key}   (written to {key_file})")
     console.print(f"  demo console user   : demo / {password}   (role admin)")
+    from runner.api.console_static import DIST
+
+    if (DIST / "index.html").is_file():
+        console.print(f"  console             : {url}/console   (sign in as demo / {password})")
+    else:
+        console.print("  console             : not built (needs Node 20 and npm: `make console`); "
+                      "the API serves without it")
     console.print("  try:")
     console.print("    " + CURL.format(url=url, key_file=key_file), soft_wrap=True, markup=False)
     uvicorn.run(create_app(service), host=settings.host, port=settings.port,

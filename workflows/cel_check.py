@@ -46,10 +46,11 @@ Path = tuple[str, ...]
 class CheckError(ValueError):
     """A criterion that does not parse or type-check; ``code`` classifies it for Problems."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, span: tuple[int, int] | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.span = span  # [start, end) characters of the offending sub-expression, if known
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ def parse(source: str) -> Tree:
     try:
         tree = CELParser().parse(source)
     except CELParseError as e:
-        raise CheckError("criteria_syntax", f"syntax error: {_first_line(e)}") from None
+        raise CheckError("criteria_syntax", f"syntax error: {_first_line(e)}",
+                         _line_col_span(source, e.line, e.column)) from None
     except (LarkError, ValueError, RecursionError) as e:
         raise CheckError("criteria_syntax", f"syntax error: {type(e).__name__}") from None
     depth = _depth(tree)
@@ -96,9 +98,30 @@ def check(source: str, roots: dict[str, AnyType]) -> CheckResult:
     t, ref = checker.visit(tree, {})
     checker.use(ref)
     if t not in (BOOL, DYN):
-        raise CheckError("criteria_type", f"a criterion must be bool, this one is {t}")
+        raise CheckError("criteria_type", f"a criterion must be bool, this one is {t}",
+                         _span(tree))
     selections = tuple(sorted(checker.selections)) if checker.flattenable else None
     return CheckResult(type=t, paths=frozenset(checker.paths), selections=selections)
+
+
+def _span(node: Tree) -> tuple[int, int] | None:
+    meta = node.meta
+    if meta.empty:
+        return None
+    return meta.start_pos, meta.end_pos
+
+
+def _line_col_span(source: str, line: int | None, column: int | None) -> tuple[int, int] | None:
+    """The rest of the line from a parse error's 1-based line and column."""
+    if not line or not column:
+        return None
+    lines = source.split("\n")
+    if line > len(lines):
+        return None
+    start = sum(len(x) + 1 for x in lines[: line - 1]) + column - 1
+    start = max(0, min(start, len(source)))
+    end = sum(len(x) + 1 for x in lines[:line]) - 1
+    return (start, max(start, min(end, len(source))))
 
 
 def _first_line(e: Exception) -> str:
@@ -154,6 +177,14 @@ class _Checker:
     # Each visit returns (type, ref): ref is set while the expression is a pure record path
     # such as event.country, so a parent can extend it; any other use records it as read.
     def visit(self, node: Tree, scope: dict[str, AnyType]) -> tuple[AnyType, _Ref | None]:
+        try:
+            return self._visit(node, scope)
+        except CheckError as e:
+            if e.span is None:  # the innermost node that failed names the span
+                e.span = _span(node)
+            raise
+
+    def _visit(self, node: Tree, scope: dict[str, AnyType]) -> tuple[AnyType, _Ref | None]:
         kind = node.data
         kids = node.children
         if kind in ("expr", "conditionalor", "conditionaland", "relation", "addition",

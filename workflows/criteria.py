@@ -25,10 +25,11 @@ error_chars_max = 300
 class CriterionError(ValueError):
     """A criterion that cannot be published; ``code`` says which kind of problem it is."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, span: tuple[int, int] | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.span = span  # [start, end) characters of the criterion, when known
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +94,7 @@ def compile_criterion(source: str, roots: dict[str, AnyType]) -> CompiledCriteri
     try:
         result = check(source, roots)
     except CheckError as e:
-        raise CriterionError(e.code, e.message) from None
+        raise CriterionError(e.code, e.message, e.span) from None
     try:
         program = cel.compile(source)
     except BaseException as e:  # the binding raises several types for syntax errors

@@ -30,6 +30,7 @@ class Problem(BaseModel):
     message: str
     node_id: str | None = None
     edge_id: str | None = None
+    span: tuple[int, int] | None = None  # [start, end) characters of the edge's criterion
 
     def __str__(self) -> str:
         where = "/".join(x for x in (self.node_id, self.edge_id) if x)

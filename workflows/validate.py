@@ -26,8 +26,10 @@ class Analysis:
     problems: list[Problem] = field(default_factory=list)
     criteria: dict[tuple[str, str], CompiledCriterion] = field(default_factory=dict)
 
-    def add(self, code: str, message: str, node_id: str | None = None, edge_id: str | None = None):
-        self.problems.append(Problem(code=code, message=message, node_id=node_id, edge_id=edge_id))
+    def add(self, code: str, message: str, node_id: str | None = None, edge_id: str | None = None,
+            span: tuple[int, int] | None = None):
+        self.problems.append(Problem(code=code, message=message, node_id=node_id, edge_id=edge_id,
+                                     span=span))
 
 
 def validate(workflow: Workflow, *, known_metrics: Iterable[str] | None = None) -> list[Problem]:
@@ -145,7 +147,7 @@ def _check_criteria(node_id: str, edges, roots, a: Analysis) -> None:
         try:
             compiled = compile_criterion(e.criteria, roots)
         except CriterionError as err:
-            a.add(err.code, err.message, node_id, e.id)
+            a.add(err.code, err.message, node_id, e.id, err.span)
             continue
         a.criteria[(node_id, e.id)] = compiled
         if compiled.constant is True and always_true_edge is None:

@@ -7,8 +7,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from runner import __doc__ as runner_doc
-from runner.api import errors, sift
-from runner.api.routes import events, metrics, ops, review, workflows
+from runner.api import console_static, errors, sift
+from runner.api.routes import console, events, metrics, ops, review, workflows
 from runner.service import Service
 from runner.settings import Settings
 
@@ -34,7 +34,9 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
                   lifespan=lifespan)
     app.state.service = svc
     errors.install(app)
+    app.include_router(console.router)  # before workflows: /v1/workflows/check is static
     for module in (events, workflows, metrics, review, ops):
         app.include_router(module.router)
     sift.install(app)  # the Sift-compatible door (docs/sift.md)
+    console_static.install(app)
     return app

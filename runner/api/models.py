@@ -7,6 +7,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from workflows import Workflow
+
 event_fields_max = 200
 text_chars_max = 4_000
 
@@ -101,7 +103,7 @@ class WorkflowPublic(BaseModel):
 
 class DraftPublic(BaseModel):
     workflow_id: str
-    definition: dict[str, Any]
+    definition: Workflow
     problems: list[str] = []
 
 

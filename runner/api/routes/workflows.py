@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import hashlib
+from typing import Annotated
 
-from fastapi import APIRouter, Query
+import orjson
+from fastapi import APIRouter, Header, Query, Response
 
 from runner import operations as ops
 from runner.api.deps import Analyst, Manager, Svc
@@ -16,6 +18,7 @@ from runner.api.models import (
     VersionPublic,
     WorkflowPublic,
 )
+from runner.errors import RequestInvalid
 from runner.state import queries
 from workflows import Workflow, WorkflowDiff
 
@@ -34,14 +37,36 @@ async def create_workflow(body: WorkflowCreate, svc: Svc, user: Manager):
     return await ops.save_draft(svc, body.id, body.model_dump(mode="json"), user.name, True)
 
 
+def _etag(definition: dict) -> str:
+    """The draft's entity tag: a hash of its canonical JSON."""
+    digest = hashlib.sha256(orjson.dumps(definition, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return f'"{digest[:20]}"'
+
+
 @router.get("/{workflow_id}/draft", response_model=DraftPublic)
-def get_draft(workflow_id: str, svc: Svc, _: Analyst):
-    return ops.get_draft(svc, workflow_id)
+def get_draft(workflow_id: str, svc: Svc, _: Analyst, response: Response):
+    """The draft, with an ``ETag`` to send back as ``If-Match`` when saving it."""
+    draft = ops.get_draft(svc, workflow_id)
+    response.headers["ETag"] = _etag(draft["definition"])
+    return draft
 
 
-@router.put("/{workflow_id}/draft", response_model=DraftPublic)
-async def edit_draft(workflow_id: str, body: WorkflowCreate, svc: Svc, user: Manager):
-    return await ops.save_draft(svc, workflow_id, body.model_dump(mode="json"), user.name, False)
+@router.put("/{workflow_id}/draft", response_model=DraftPublic,
+            responses={409: {"description": "If-Match names an older draft"}})
+async def edit_draft(workflow_id: str, body: WorkflowCreate, svc: Svc, user: Manager,
+                     response: Response,
+                     if_match: Annotated[str | None, Header(max_length=200)] = None):
+    """Replace the draft. With ``If-Match`` (the ETag read), a draft changed meanwhile by
+    someone else answers 409 and is left as it is."""
+    if if_match is not None and if_match.strip() != "*":
+        current = _etag(ops.get_draft(svc, workflow_id)["definition"])
+        if if_match.strip() != current:
+            raise RequestInvalid("If-Match", "the draft changed since it was read; reload it "
+                                 f"(current ETag {current})", 409)
+    saved = await ops.save_draft(svc, workflow_id, body.model_dump(mode="json"), user.name,
+                                 False)
+    response.headers["ETag"] = _etag(saved["definition"])
+    return saved
 
 
 @router.post("/validate", response_model=ValidationPublic)
@@ -61,7 +86,7 @@ def versions(workflow_id: str, svc: Svc, _: Analyst):
     return ops.versions(svc, workflow_id)
 
 
-@router.get("/{workflow_id}/versions/{version}", response_model=dict[str, Any])
+@router.get("/{workflow_id}/versions/{version}", response_model=Workflow)
 def version(workflow_id: str, version: int, svc: Svc, _: Analyst):
     return ops.version(svc, workflow_id, version)
 

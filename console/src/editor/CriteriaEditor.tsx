@@ -1,0 +1,86 @@
+// A CEL criterion in CodeMirror 6: completion from what the edge may read (its scope) and the
+// server's problems as diagnostics at their character span.
+import { autocompletion, closeBrackets, type CompletionContext, type CompletionResult } from "@codemirror/autocomplete";
+import { defaultKeymap } from "@codemirror/commands";
+import { forceLinting, linter, lintGutter, type Diagnostic } from "@codemirror/lint";
+import { EditorState } from "@codemirror/state";
+import { EditorView, keymap, placeholder } from "@codemirror/view";
+import { useEffect, useRef } from "react";
+import type { Problem, Scope } from "../model/types";
+
+const functions = ["size", "has", "int", "double", "string", "timestamp", "duration", "matches", "contains", "startsWith", "endsWith", "exists", "all", "in"];
+
+/** Completion candidates at ``path`` (the dotted words before the cursor) in ``scope``. */
+export function completeAt(scope: Scope, path: string[]): { label: string; detail?: string }[] {
+  if (path.length <= 1) {
+    return [...Object.keys(scope).map((k) => ({ label: k, detail: "record" })), ...functions.map((f) => ({ label: f, detail: "function" }))];
+  }
+  let here: unknown = scope;
+  for (const part of path.slice(0, -1)) {
+    if (here && typeof here === "object" && part in (here as object)) here = (here as Record<string, unknown>)[part];
+    else return [];
+  }
+  if (!here || typeof here !== "object") return [];
+  return Object.entries(here as Record<string, unknown>).map(([k, v]) => ({
+    label: k, detail: typeof v === "string" ? v : "record",
+  }));
+}
+
+export function CriteriaEditor(props: {
+  value: string; onChange: (v: string) => void; scope: Scope; problems: Problem[];
+  label: string; readOnly?: boolean; id?: string;
+}) {
+  const host = useRef<HTMLDivElement>(null);
+  const view = useRef<EditorView | null>(null);
+  const latest = useRef(props);
+  latest.current = props;
+
+  useEffect(() => {
+    const source = (ctx: CompletionContext): CompletionResult | null => {
+      const word = ctx.matchBefore(/[A-Za-z_][\w.]*|\.$/);
+      if (!word && !ctx.explicit) return null;
+      const text = word?.text ?? "";
+      const path = text.split(".");
+      const from = (word?.to ?? ctx.pos) - path[path.length - 1].length;
+      return { from, options: completeAt(latest.current.scope, path), validFor: /^\w*$/ };
+    };
+    const lint = linter((v) => latest.current.problems.map((p): Diagnostic => {
+      const len = v.state.doc.length;
+      const [a, b] = p.span ?? [0, len];
+      const from = Math.min(a, len);
+      return { from, to: Math.max(from, Math.min(b, len)), severity: "error", message: `${p.code}: ${p.message}` };
+    }), { delay: 0 });
+    view.current = new EditorView({
+      parent: host.current!,
+      state: EditorState.create({
+        doc: props.value,
+        extensions: [
+          keymap.of(defaultKeymap), closeBrackets(), autocompletion({ override: [source], activateOnTyping: true }),
+          lint, lintGutter(), placeholder("e.g. event.amount > 50000"),
+          EditorView.lineWrapping, EditorState.readOnly.of(!!props.readOnly),
+          EditorView.editable.of(!props.readOnly),
+          EditorView.contentAttributes.of({ "aria-label": props.label, ...(props.id ? { "data-testid": props.id } : {}) }),
+          EditorView.updateListener.of((u) => { if (u.docChanged) latest.current.onChange(u.state.doc.toString()); }),
+        ],
+      }),
+    });
+    return () => view.current?.destroy();
+    // eslint-disable-next-line react-hooks/exhaustive-deps
+  }, []);
+
+  // Outside changes (undo, redo, reload) replace the document.
+  useEffect(() => {
+    const v = view.current;
+    if (v && v.state.doc.toString() !== props.value) {
+      v.dispatch({ changes: { from: 0, to: v.state.doc.length, insert: props.value } });
+    }
+  }, [props.value]);
+
+  // Re-lint when the server's problems change.
+  useEffect(() => {
+    const v = view.current;
+    if (v) forceLinting(v);
+  }, [props.problems]);
+
+  return <div className="cm-host" ref={host} />;
+}
