@@ -10,9 +10,11 @@ OK = 0
 UNEXPECTED = -1  # unexpected server-side error (HTTP 500)
 UNAVAILABLE = -3  # the log could not take or apply the entry in time; try again (HTTP 503/504)
 BAD_API_KEY = 51
+BAD_FIELD_NAME = 52  # a custom field name outside [A-Za-z0-9_]
 BAD_VALUE = 53  # a field's value has the wrong type or form
 MISSING_FIELD = 55
 BAD_JSON = 56
+BAD_BODY = 57  # e.g. larger than the node accepts
 RATE_LIMITED = 60
 NOT_RESERVED = 105  # a "$" field Sift does not define
 
@@ -21,9 +23,11 @@ MESSAGES = {
     UNEXPECTED: "Unexpected server-side error",
     UNAVAILABLE: "Service temporarily unavailable; try again",
     BAD_API_KEY: "Invalid API key",
+    BAD_FIELD_NAME: "Invalid characters in field name",
     BAD_VALUE: "Invalid field value",
     MISSING_FIELD: "Missing required field",
     BAD_JSON: "Invalid JSON in request",
+    BAD_BODY: "Invalid HTTP body",
     RATE_LIMITED: "Rate limited; too many events have been received in a short period of time",
     NOT_RESERVED: "Not a valid reserved field",
 }

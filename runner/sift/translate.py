@@ -11,15 +11,25 @@ twice is one event and one run.
 from __future__ import annotations
 
 import hashlib
+import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 
-from runner.sift.codes import BAD_JSON, BAD_VALUE, MISSING_FIELD, NOT_RESERVED, SiftError
+from runner.sift.codes import (
+    BAD_BODY,
+    BAD_FIELD_NAME,
+    BAD_JSON,
+    BAD_VALUE,
+    MISSING_FIELD,
+    NOT_RESERVED,
+    SiftError,
+)
 from runner.sift.config import SiftSettings
 
+body_bytes_max = 256 * 1024  # one event; the log carries it to every node
 event_id_chars_max = 200  # EventIn.event_id
 data_fields_max = 200  # EventIn.data
 micros_per_unit = 1_000_000
@@ -52,12 +62,15 @@ $exchange_rate $minimum_amount $transfer_id
 ENUM_FIELDS = frozenset({"$transaction_type", "$transaction_status", "$order_status",
                          "$decline_category", "$shipping_method", "$login_status",
                          "$verification_type", "$user_status", "$source"})
+_FIELD_NAME = re.compile(r"^[A-Za-z0-9_]{1,100}$")  # Sift's custom field names
 ADDRESS_PARTS = ("$name", "$address_1", "$address_2", "$city", "$region", "$country",
                  "$zipcode", "$phone")
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
-    """The request body as a JSON object, or status 56."""
+    """The request body as a JSON object, or status 56 (57 past ``body_bytes_max``)."""
+    if len(raw) > body_bytes_max:
+        raise SiftError(BAD_BODY, f"larger than {body_bytes_max} bytes")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -222,6 +235,9 @@ def to_event(body: dict, cfg: SiftSettings) -> tuple[str, dict[str, Any]]:
     unknown = sorted(k for k in body if k.startswith("$") and k not in RESERVED)
     if unknown:
         raise SiftError(NOT_RESERVED, ", ".join(unknown)[:300])
+    bad = sorted(k for k in body if not k.startswith("$") and not _FIELD_NAME.match(k))
+    if bad:
+        raise SiftError(BAD_FIELD_NAME, ", ".join(repr(k) for k in bad)[:300])
     data: dict[str, Any] = {}
     for key, value in body.items():  # custom fields first: reserved meanings win below
         if not key.startswith("$") and value is not None:

@@ -62,11 +62,20 @@ def test_a_decimal_amount_arrives_as_a_one_string_array():
 
 @pytest.mark.parametrize(("fields", "status"), [
     ({"$type": None}, 55), ({"$user_id": None}, 55), ({"$bogus": 1}, 105),
+    ({"a.b": 1}, 52), ({"": 1}, 52),
     ({"$billing_address": "x"}, 53), ({"$payment_methods": {"$card_bin": 1}}, 53)])
 def test_bad_bodies_get_sift_codes(fields, status):
     with pytest.raises(SiftError) as exc:
         translate.to_event(body(**fields), CFG)
     assert exc.value.status == status and exc.value.http_status == 400
+
+
+def test_bodies_must_be_small_json_objects():
+    assert translate.parse_body(b'{"a": 1}') == {"a": 1}
+    for raw, status in ((b"[1]", 56), (b"{", 56), (b'{"a": "' + b"x" * 300_000 + b'"}', 57)):
+        with pytest.raises(SiftError) as exc:
+            translate.parse_body(raw)
+        assert exc.value.status == status
 
 
 def test_a_session_id_stands_in_for_the_user():
