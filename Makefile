@@ -8,11 +8,17 @@ PYTEST_ARGS ?=
 
 .PHONY: run test test-unit cluster-up cluster-down cluster-status bench lint venv clean console browser
 
-# The venv is (re)built only when pyproject.toml changed since the last install.
-$(STAMP): pyproject.toml
+# The metrics engine's native core (Rust, PyO3 + maturin); cargo fetches crates from crates.io.
+NATIVE := metrics_engine/native
+NATIVE_SRC := $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(NATIVE)/pyproject.toml $(wildcard $(NATIVE)/src/*.rs)
+
+# The venv is (re)built only when pyproject.toml or the native crate changed since the last
+# install. The crate builds in its own target/ so a rebuild is incremental.
+$(STAMP): pyproject.toml $(NATIVE_SRC)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark]'
+	CARGO_TARGET_DIR=$(abspath $(NATIVE)/target) $(PY) -m pip install -q ./$(NATIVE)
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -1,9 +1,10 @@
 """``Engine``: the embedded metrics engine over a data directory.
 
 Layout of ``data_dir``: ``engine.json`` (metrics, windows' start positions, cursor positions,
-``clean`` flag), ``state/`` (RocksDB), ``reservoir/<stream>/seg-*.rfs`` (closed chunks) and, after
-a clean close or in a snapshot, ``reservoir/<stream>/open.json`` (the open chunk). A snapshot
-directory has exactly this layout, so ``restore`` copies it in and reopens.
+``clean`` flag), ``reservoir/<stream>/seg-*.rfs`` (closed chunks) and, after a clean close or in
+a snapshot, ``reservoir/<stream>/open.json`` (the open chunk) and ``state/<stream>.bin`` (the
+native core's aggregation state, ordered by canonical key). A snapshot directory has exactly
+this layout, so ``restore`` copies it in and reopens.
 
 After a crash (``clean`` false), the engine keeps the metric definitions, reopens every intact
 chunk, rebuilds the aggregation state by replaying the retained events and reports
@@ -32,9 +33,9 @@ from metrics_engine.errors import InvariantViolation
 from metrics_engine.language import parse
 from metrics_engine.plan import Plan
 from metrics_engine.reservoir import CHUNK_BYTES_TARGET, SEGMENT_BYTES_MAX, StreamReservoir, Writer
-from metrics_engine.state import CACHE_ENTRIES_MAX, StateStore
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: aggregation state in the native core's files, not RocksDB
+CACHE_ENTRIES_MAX = 500_000
 STREAM_NAME_CHARS_MAX = 100
 
 
@@ -102,7 +103,6 @@ class Engine:
             shutil.rmtree(self.data_dir / "state", ignore_errors=True)
         self._writer = Writer(fsync=self._fsync)
         self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
-        self._store = StateStore(self.data_dir / "state", self._cache_entries_max)
         streams_meta = (meta or {}).get("streams", {})
 
         def make_reservoir(stream: str) -> StreamReservoir:
@@ -119,7 +119,7 @@ class Engine:
                                         open_chunk=open_chunk,
                                         first_pos=sm.get("durable_pos", 0), **self._opts)
 
-        self._plan = Plan(self._store, make_reservoir)
+        self._plan = Plan(make_reservoir)
         self._closed = False
         if meta is not None:
             self._load_plan(meta, clean)
@@ -140,6 +140,9 @@ class Engine:
             if clean:
                 for spec_text, pos in sm.get("cursors", []):
                     sp.cursors[tuple(orjson.loads(spec_text))].seek(pos)
+                state = self.data_dir / "state" / f"{_stream_dir(stream)}.bin"
+                if state.exists():
+                    sp.core.load(state.read_bytes())
             else:
                 plan.replay(stream, sp.res.first_pos(), sp.res.next_pos)
 
@@ -159,6 +162,12 @@ class Engine:
                              "streams": streams}, option=orjson.OPT_INDENT_2)
         _write_atomic((dest or self.data_dir) / "engine.json", data)
 
+    def _write_states(self, dest: Path) -> None:
+        sdir = dest / "state"
+        sdir.mkdir(parents=True, exist_ok=True)
+        for name, sp in self._plan.streams.items():
+            _write_atomic(sdir / f"{_stream_dir(name)}.bin", sp.core.dump())
+
     def _write_open_chunks(self, dest: Path) -> None:
         for name, sp in self._plan.streams.items():
             oc = sp.res.open_chunk_state()
@@ -173,14 +182,13 @@ class Engine:
             return
         self._writer.barrier(roll=True)
         self._write_open_chunks(self.data_dir)
-        self._store.close()
+        self._write_states(self.data_dir)
         self._save_meta(clean=True)
         self._shutdown()
 
     def _shutdown(self) -> None:
         self._writer.stop()
         self._prefetcher.shutdown(wait=True)
-        self._store.close()
         self._closed = True
 
     def __enter__(self) -> Engine:
@@ -255,7 +263,7 @@ class Engine:
         for name, sp in self._plan.streams.items():
             sp.res.copy_segments(dest / "reservoir" / _stream_dir(name))
         self._write_open_chunks(dest)
-        self._store.checkpoint(dest / "state")
+        self._write_states(dest)
         self._save_meta(clean=True, dest=dest)
 
     def restore(self, directory: str | Path) -> None:
@@ -274,20 +282,10 @@ class Engine:
         h = hashlib.blake2b(digest_size=16)
         for m in sorted(self._plan.metrics.values(), key=lambda m: m.d.name):
             h.update(f"M{m.d.text}|{m.window.start_pos}\n".encode())
-        active: dict[str, set] = {}
         for name in sorted(self._plan.streams):
             sp = self._plan.streams[name]
             h.update(f"S{name}|{sp.res.next_pos}|{sp.res.last_ts}\n".encode())
             for spec in sorted(sp.cursors, key=repr):
                 h.update(f"C{spec!r}|{sp.cursors[spec].pos}\n".encode())
-            for w in sp.windows.values():
-                for f in w.filters:
-                    for g in f.groups:
-                        active[g.gid] = {s.sid for s in g.states}
-        self._store.flush()
-        for gid, key, bundle in self._store.items():
-            sids = active.get(gid, set())
-            canon = [(sid, bundle[sid].canon()) for sid in sorted(bundle) if sid in sids]
-            if canon:
-                h.update(f"B{gid}|{key!r}|{canon!r}\n".encode())
+            h.update(sp.core.dump(digest=True))
         return h.hexdigest()

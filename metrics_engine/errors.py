@@ -24,3 +24,13 @@ class MetricSyntaxError(ValueError):
         self.expected = sorted(expected or [])
         detail = f" (expected one of: {', '.join(self.expected)})" if self.expected else ""
         super().__init__(f"line {line}, column {column}: {message}{detail}")
+
+
+class MetricInputError(ValueError):
+    """An event the metrics cannot take, e.g. a group key or aggregated value that is a JSON
+    object or list. Raised by ``ingest`` before any state changes; ``field`` names the field,
+    so the caller can reject the event (a 4xx)."""
+
+    def __init__(self, message: str, field: str):
+        self.field = field
+        super().__init__(message)

@@ -19,7 +19,6 @@ from typing import Any
 from metrics_engine.language import parse
 from metrics_engine.plan import Plan
 from metrics_engine.reservoir import StreamReservoir
-from metrics_engine.state import StateStore
 
 
 def compute(definition_text: str | list[str], events_sorted: Iterable[Mapping[str, Any]], *,
@@ -33,7 +32,7 @@ def compute(definition_text: str | list[str], events_sorted: Iterable[Mapping[st
     streams = {d.stream for d in defs}
     if len(streams) != 1:
         raise ValueError(f"offline.compute takes metrics of one stream, got {sorted(streams)}")
-    plan = Plan(StateStore(None), lambda stream: StreamReservoir(None, None, None))
+    plan = Plan(lambda stream: StreamReservoir(None, None, None))
     for d in defs:
         plan.add(d)
     stream = streams.pop()

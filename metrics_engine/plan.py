@@ -14,21 +14,31 @@ The caller (engine.py or offline.py) owns the reservoirs and the state store and
 
 from __future__ import annotations
 
-import copy
-import functools
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from graphlib import TopologicalSorter
 from typing import Any
 
-from metrics_engine.aggregations import CLASSES, FINALIZERS, STATE_OF, new_state
-from metrics_engine.errors import InvariantViolation
+from railflow_metrics_native import StreamCore
+
+from metrics_engine.errors import InvariantViolation, MetricInputError
 from metrics_engine.language import MetricDef, WindowSpec
 from metrics_engine.predicates import compile_expr, render
 from metrics_engine.reservoir import StreamReservoir
-from metrics_engine.state import StateStore
 
 TS_MAX = 1 << 62
+
+# Which state a function needs: (state kind, argument: moments order, +1 min / -1 max).
+STATE_OF = {
+    "count": ("count", None), "time_since_last": ("count", None),
+    "sum": ("moments", 1), "avg": ("moments", 1),
+    "var_samp": ("moments", 2), "var_pop": ("moments", 2),
+    "stddev_samp": ("moments", 2), "stddev_pop": ("moments", 2),
+    "skewness": ("moments", 3),
+    "min": ("extreme", 1), "max": ("extreme", -1),
+    "count_distinct": ("distinct", None), "oldest": ("fifo", None),
+    "recent": ("recent", None), "ratio": ("ratio", None),
+}
 CURSORS_PER_STREAM_MAX = 4096
 METRICS_MAX = 100_000
 
@@ -97,50 +107,25 @@ def scan(res: StreamReservoir, start: int, end: int) -> Iterator[tuple[int, int,
 
 
 class Cursor:
-    """An iterator over one stream's reservoir that feeds the windows subscribed to it."""
+    """An iterator over one stream's reservoir feeding windows; it runs natively.
 
-    def __init__(self, res: StreamReservoir, spec: tuple, pos: int):
-        self.res = res
+    Python keeps its spec and subscribers (for sharing and ``explain``); the position lives in
+    the stream's native core."""
+
+    def __init__(self, sp: StreamPlan, cid: int, spec: tuple, pos: int):
+        self.sp = sp
+        self.cid = cid
         self.spec = spec
-        self.pos = pos
-        self.k, self.idx = res.locate(pos)
-        self.events = res.chunk(self.k)
+        self.start = pos  # the position a new cursor starts at (before the core knows it)
         self.inserts: list[WindowNode] = []  # windows this cursor is the tail of
         self.evicts: list[WindowNode] = []  # windows this cursor is the head of
-        self.is_all = spec == ("all",)
-        self.stale = False  # moved by the fast path of Plan.ingest: chunk refs need a seek
+
+    @property
+    def pos(self) -> int:
+        return self.sp.core.cursor_pos(self.cid) if self.sp.synced(self) else self.start
 
     def seek(self, pos: int) -> None:
-        self.pos = pos
-        self.k, self.idx = self.res.locate(pos)
-        self.events = self.res.chunk(self.k)
-        self.stale = False
-
-    def advance(self, t: int, next_pos: int) -> None:
-        lim, end = limits(self.spec, t, next_pos)
-        pos = self.pos
-        if pos >= end:
-            return
-        if self.stale:
-            self.seek(pos)
-        events, idx = self.events, self.idx
-        inserts, evicts = self.inserts, self.evicts
-        while pos < end:
-            if idx >= len(events):
-                self.k += 1
-                events = self.events = self.res.chunk(self.k)
-                idx = 0
-                self.res.prefetch(self.k + 1)
-            ts, ev = events[idx]
-            if ts > lim:
-                break
-            for w in inserts:
-                w.insert(ev, ts, pos)
-            for w in evicts:
-                w.evict(ev, ts, pos)
-            pos += 1
-            idx += 1
-        self.pos, self.idx = pos, idx
+        self.sp.core.seek(self.cid, pos)
 
 
 # -- nodes ---------------------------------------------------------------------------------
@@ -151,42 +136,16 @@ class StateNode:
     def __init__(self, kind: str, arg, field: str | None, predicate):
         self.kind, self.arg, self.field = kind, arg, field
         self.predicate = predicate
-        pred_text = render(predicate) if predicate is not None else ""
-        self.sid = f"{kind}:{arg}:{field}:{pred_text}"
-        if predicate is not None:
-            fn = compile_expr(predicate)
-            self.value: Callable = lambda ev: bool(fn(ev))
-        elif field is None:
-            self.value = lambda ev: 1
-        else:
-            self.value = lambda ev, f=field: ev.get(f)
+        self.pred_text = render(predicate) if predicate is not None else ""
+        self.sid = f"{kind}:{arg}:{field}:{self.pred_text}"
         self.metrics: list[MetricNode] = []
-
-    def make(self):
-        return new_state(self.kind, self.arg)
-
-    def maker(self) -> Callable:
-        return functools.partial(CLASSES[self.kind], self.arg) if self.arg is not None \
-            else CLASSES[self.kind]
 
 
 class GroupNode:
     def __init__(self, filter_id: str, fields: tuple[str, ...]):
         self.fields = fields
         self.gid = _short_id(f"{filter_id}|{','.join(fields)}")
-        if not fields:
-            self.key_fn: Callable = lambda ev: ()
-        elif len(fields) == 1:
-            f0 = fields[0]
-            self.key_fn = lambda ev: ev.get(f0)
-        else:
-            self.key_fn = lambda ev: tuple([ev.get(f) for f in fields])
         self.states: list[StateNode] = []
-        self._slots: list[tuple] = []
-
-    def refresh(self) -> None:
-        self._slots = [(s.sid, s.maker(), s.field if s.predicate is None else None, s.value)
-                       for s in self.states]
 
 
 class FilterNode:
@@ -194,105 +153,53 @@ class FilterNode:
         self.where = where
         self.text = render(where) if where is not None else ""
         self.fid = f"{window_id}|{self.text}"
-        self.pred = compile_expr(where) if where is not None else None
         self.groups: list[GroupNode] = []
 
 
 class WindowNode:
     """A window of one stream: inserts from its tail cursor, evictions from its head."""
 
-    def __init__(self, stream: str, spec: WindowSpec, store: StateStore, start_pos: int,
-                 tail: Cursor, head: Cursor | None):
-        self.stream, self.spec, self.store = stream, spec, store
+    def __init__(self, stream: str, spec: WindowSpec, start_pos: int, tail: Cursor,
+                 head: Cursor | None):
+        self.stream, self.spec = stream, spec
         self.wid = f"{stream}|{spec.text()}"
         self.start_pos = start_pos
         self.filters: list[FilterNode] = []
         self.tail = tail
         self.head = head
-        self._route: list = []
-
-    def refresh(self) -> None:
-        """Precompute the routes of an event: (filter, [(gid, key function, state slots)])."""
-        for f in self.filters:
-            for g in f.groups:
-                g.refresh()
-        self._route = [(f.pred, [(g.gid, g.fields[0] if len(g.fields) == 1 else None, g.key_fn,
-                                  g._slots) for g in f.groups])
-                       for f in self.filters]
-
-    def insert(self, ev, ts, pos) -> None:
-        if pos < self.start_pos:
-            return
-        store = self.store
-        cache = store.cache
-        for pred, groups in self._route:
-            if pred is not None and not pred(ev):
-                continue
-            for gid, kf, key_fn, slots in groups:
-                key = ev.get(kf) if kf is not None else key_fn(ev)
-                b = cache.get((gid, key))
-                if b is None:
-                    b = store.get(gid, key)
-                for sid, make, field, value in slots:
-                    st = b.get(sid)
-                    if st is None:
-                        st = b[sid] = make()
-                    st.add(ev.get(field) if field is not None else value(ev), ts, pos)
-
-    def insert_only(self, ev, ts, pos, only: StateNode) -> None:
-        """Insert into one state node (filling a node added to a running window)."""
-        if pos < self.start_pos:
-            return
-        for flt in self.filters:
-            if flt.pred is not None and not flt.pred(ev):
-                continue
-            for g in flt.groups:
-                if only in g.states:
-                    b = self.store.get(g.gid, g.key_fn(ev))
-                    st = b.get(only.sid)
-                    if st is None:
-                        st = b[only.sid] = only.make()
-                    st.add(only.value(ev), ts, pos)
-
-    def evict(self, ev, ts, pos) -> None:
-        if pos < self.start_pos:
-            return
-        store = self.store
-        cache = store.cache
-        for pred, groups in self._route:
-            if pred is not None and not pred(ev):
-                continue
-            for gid, kf, key_fn, slots in groups:
-                key = ev.get(kf) if kf is not None else key_fn(ev)
-                b = cache.get((gid, key))
-                if b is None:
-                    b = store.get(gid, key)
-                empty = True
-                for sid, _make, field, value in slots:
-                    st = b.get(sid)
-                    if st is None:
-                        raise InvariantViolation(f"evicting from a missing state {sid}")
-                    st.remove(ev.get(field) if field is not None else value(ev), ts, pos)
-                    if empty and not st.empty():
-                        empty = False
-                if empty:
-                    store.delete(gid, key)
 
 
 class MetricNode:
     def __init__(self, d: MetricDef, window: WindowNode, flt: FilterNode, group: GroupNode,
                  state: StateNode):
         self.d, self.window, self.filter, self.group, self.state = d, window, flt, group, state
-        self.fin = FINALIZERS[d.func]
+
+
+def _spec_args(spec: tuple) -> tuple[str, int, int, int]:
+    args = list(spec[1:]) + [0, 0, 0]
+    return spec[0], args[0], args[1], args[2]
 
 
 class StreamPlan:
+    """One stream's nodes, and the native core that runs them (``sync`` lowers the plan)."""
+
     def __init__(self, name: str, res: StreamReservoir):
         self.name, self.res = name, res
+        self.core = StreamCore(res, MetricInputError, InvariantViolation)
         self.cursors: dict[tuple, Cursor] = {}
         self.windows: dict[WindowSpec, WindowNode] = {}
         self.order: list[Cursor] = []
-        self.outputs: list[tuple[GroupNode, str | None, list[tuple[str, str, Callable]]]] = []
+        self.window_index: dict[WindowSpec, int] = {}
+        self._known: set[int] = set()  # cursor ids the core has
+        self._next_cid = 0
+
+    def synced(self, c: Cursor) -> bool:
+        return c.cid in self._known
+
+    def new_cursor(self, spec: tuple, pos: int) -> Cursor:
+        self._next_cid += 1
+        c = self.cursors[spec] = Cursor(self, self._next_cid, spec, pos)
+        return c
 
     def floor(self) -> int:
         """The oldest position any cursor still needs."""
@@ -300,28 +207,63 @@ class StreamPlan:
             return self.res.next_pos
         return min(c.pos for c in self.cursors.values())
 
-    def refresh(self, metrics: dict[str, MetricNode]) -> None:
-        for w in self.windows.values():
-            w.refresh()
+    def sync(self, metrics: dict[str, MetricNode]) -> None:
+        """Lower the plan (fields, predicates, cursors, windows, outputs) into the core."""
         deps: dict[tuple, set[tuple]] = {c.spec: set() for c in self.cursors.values()}
         for w in self.windows.values():
             if w.head is not None:
                 deps[w.head.spec].add(w.tail.spec)  # a window's tail runs before its head
         self.order = [self.cursors[s] for s in TopologicalSorter(deps).static_order()]
-        outs: dict[str, tuple[GroupNode, list]] = {}
+        fields: dict[str, int] = {}
+        preds: dict[str, tuple[int, Callable]] = {}
+
+        def field(name: str) -> int:
+            return fields.setdefault(name, len(fields))
+
+        def pred(expr) -> int:
+            text = render(expr)
+            if text not in preds:
+                preds[text] = (len(preds), compile_expr(expr))
+            return preds[text][0]
+
+        windows, self.window_index = [], {}
+        where: dict[str, int | None] = {}
+        for w in self.windows.values():
+            self.window_index[w.spec] = len(windows)
+            routes = []
+            for f in w.filters:
+                groups = []
+                for g in f.groups:
+                    slots = []
+                    for s in g.states:
+                        if s.predicate is not None:
+                            inp = ("pred", pred(s.predicate))
+                        elif s.field is None:
+                            inp = ("one", 0)
+                        else:
+                            inp = ("field", field(s.field))
+                        slots.append((s.sid, s.kind, s.arg or 0, *inp))
+                    groups.append((g.gid, [field(x) for x in g.fields], slots))
+                    where[g.gid] = pred(f.where) if f.where is not None else None
+                routes.append((pred(f.where) if f.where is not None else None, groups))
+            windows.append((w.start_pos, w.tail.cid, w.head.cid if w.head else None, routes))
+        outs: dict[str, tuple] = {}
         for m in metrics.values():
             if m.d.stream == self.name:
-                outs.setdefault(m.group.gid, (m.group, []))[1].append(
-                    (m.d.name, m.state.sid, m.fin))
-        self.outputs = [(g, g.fields[0] if len(g.fields) == 1 else None, mets)
-                        for g, mets in outs.values()]
+                g = m.group
+                o = outs.setdefault(g.gid, (g.gid, [field(x) for x in g.fields],
+                                            self.window_index[m.window.spec], where[g.gid], []))
+                o[4].append((m.d.name, g.states.index(m.state), m.d.func))
+        cursors = [(c.cid, *_spec_args(c.spec), c.start) for c in self.cursors.values()]
+        self.core.set_plan(list(fields), [f for _, f in preds.values()], cursors,
+                           [c.cid for c in self.order], windows, list(outs.values()))
+        self._known = {c.cid for c in self.cursors.values()}
 
 
 class Plan:
-    """All streams' DAGs over one state store. ``make_reservoir(stream)`` creates reservoirs."""
+    """All streams' DAGs. ``make_reservoir(stream)`` creates reservoirs."""
 
-    def __init__(self, store: StateStore, make_reservoir: Callable[[str], StreamReservoir]):
-        self.store = store
+    def __init__(self, make_reservoir: Callable[[str], StreamReservoir]):
         self.make_reservoir = make_reservoir
         self.streams: dict[str, StreamPlan] = {}
         self.metrics: dict[str, MetricNode] = {}
@@ -351,31 +293,24 @@ class Plan:
             flt.groups.append(g)
         kind, arg = STATE_OF[d.func]
         s = self._find_state(g, kind, arg, d)
+        new_state = s is None
         if s is None:
             s = StateNode(kind, arg, d.field, d.predicate)
             g.states.append(s)
-            g.refresh()
-            if not new_window and recovery is None:
-                self._backfill(sp, w, s)
         m = MetricNode(d, w, flt, g, s)
         s.metrics.append(m)
         self.metrics[d.name] = m
-        w.refresh()
         if new_window:
-            if recovery is None:
-                self._fill_new_window(sp, w)
-            else:
-                w.tail.inserts.append(w)
-                if w.head is not None:
-                    w.head.evicts.append(w)
-        sp.refresh(self.metrics)
+            self._fill_new_window(sp, w, fill=recovery is None)
+        else:
+            sp.sync(self.metrics)
+            if new_state and recovery is None:
+                self._backfill(sp, w, g, s)
 
     def _find_state(self, g: GroupNode, kind, arg, d: MetricDef) -> StateNode | None:
         pred_text = render(d.predicate) if d.predicate is not None else ""
         for s in g.states:
-            if s.kind != kind or s.field != d.field:
-                continue
-            if (render(s.predicate) if s.predicate is not None else "") != pred_text:
+            if s.kind != kind or s.field != d.field or s.pred_text != pred_text:
                 continue
             if kind == "moments" and s.arg < arg:
                 continue
@@ -390,8 +325,7 @@ class Plan:
             return c, False
         if len(sp.cursors) >= CURSORS_PER_STREAM_MAX:
             raise ValueError(f"at most {CURSORS_PER_STREAM_MAX} cursors per stream")
-        c = sp.cursors[spec] = Cursor(sp.res, spec, pos)
-        return c, True
+        return sp.new_cursor(spec, pos), True
 
     def _new_window(self, sp: StreamPlan, spec: WindowSpec,
                     recovery: tuple[int, int] | None) -> WindowNode:
@@ -406,39 +340,35 @@ class Plan:
             if not created and recovery is None:
                 start = cursor_pos = head.pos
         tail, _ = self._cursor(sp, tail_spec, cursor_pos)
-        w = WindowNode(sp.name, spec, self.store, start, tail, head)
+        w = WindowNode(sp.name, spec, start, tail, head)
         sp.windows[spec] = w
         return w
 
-    def _fill_new_window(self, sp: StreamPlan, w: WindowNode) -> None:
-        """Bring a new window up to date with the events already ingested."""
+    def _fill_new_window(self, sp: StreamPlan, w: WindowNode, *, fill: bool) -> None:
+        """Subscribe a new window to its cursors and bring it up to date with the events
+        already ingested (unless ``fill`` is false: recovery replays instead)."""
         res = sp.res
-        if res.last_ts is None:
-            w.tail.inserts.append(w)
-            if w.head is not None:
-                w.head.evicts.append(w)
+        tail_new = not w.tail.inserts and not w.tail.evicts
+        head_new = w.head is not None and not w.head.inserts and not w.head.evicts
+        w.tail.inserts.append(w)
+        if w.head is not None:
+            w.head.evicts.append(w)
+        sp.sync(self.metrics)
+        if not fill or res.last_ts is None:
             return
         if w.tail.pos < w.start_pos:
             raise InvariantViolation("a window's tail is behind its start")
-        if not w.tail.inserts and not w.tail.evicts:  # a new tail: catch it up alone
-            w.tail.inserts.append(w)
-            w.tail.advance(res.last_ts, res.next_pos)
+        if tail_new:  # a new tail: catch it up alone
+            sp.core.advance(w.tail.cid, res.last_ts, res.next_pos)
         else:
-            for pos, ts, ev in scan(res, w.start_pos, w.tail.pos):
-                w.insert(ev, ts, pos)
-            w.tail.inserts.append(w)
-        if w.head is not None:
-            if not w.head.inserts and not w.head.evicts:
-                w.head.evicts.append(w)
-                w.head.advance(res.last_ts, res.next_pos)
-            else:
-                w.head.evicts.append(w)
+            sp.core.fill(sp.window_index[w.spec], w.start_pos, w.tail.pos)
+        if w.head is not None and head_new:
+            sp.core.advance(w.head.cid, res.last_ts, res.next_pos)
 
-    def _backfill(self, sp: StreamPlan, w: WindowNode, s: StateNode) -> None:
+    def _backfill(self, sp: StreamPlan, w: WindowNode, g: GroupNode, s: StateNode) -> None:
         """Fill a new state node of an existing window with the window's current events."""
         start = max(w.start_pos, w.head.pos if w.head is not None else w.start_pos)
-        for pos, ts, ev in scan(sp.res, start, w.tail.pos):
-            w.insert_only(ev, ts, pos, s)
+        sp.core.fill(sp.window_index[w.spec], start, w.tail.pos, (g.gid, s.sid))
 
     def remove(self, name: str) -> None:
         m = self.metrics.pop(name)
@@ -447,12 +377,8 @@ class Plan:
         s.metrics.remove(m)
         if not s.metrics:
             g.states.remove(s)
-            g.refresh()
-            if g.states:
-                self.store.drop_state(g.gid, s.sid)
-            else:
+            if not g.states:
                 flt.groups.remove(g)
-                self.store.drop_group(g.gid)
         if not flt.groups:
             w.filters.remove(flt)
         if not w.filters:
@@ -463,7 +389,7 @@ class Plan:
             for c in [w.tail, w.head]:
                 if c is not None and not c.inserts and not c.evicts:
                     sp.cursors.pop(c.spec, None)
-        sp.refresh(self.metrics)
+        sp.sync(self.metrics)
         sp.res.trim(sp.floor())
 
     # -- running -----------------------------------------------------------------------
@@ -471,46 +397,17 @@ class Plan:
         sp = self.streams.get(stream)
         if sp is None:
             return {}
-        res = sp.res
-        last = res.last_ts
+        last = sp.res.last_ts
         if last is not None and ts < last:
             ts = last
-        closed_before = len(res.chunks)
-        pos = res.append(ts, event)
-        next_pos = pos + 1
-        for c in sp.order:
-            if c.is_all and c.pos == pos:
-                # Fast path: the shared RANGE tail has only the current event to take.
-                for w in c.inserts:
-                    w.insert(event, ts, pos)
-                c.pos = next_pos
-                c.stale = True
-            else:
-                c.advance(ts, next_pos)
-        if len(res.chunks) != closed_before:
-            res.trim(sp.floor())
-        out: dict[str, Any] = {}
-        store = self.store
-        cache = store.cache
-        for g, kf, mets in sp.outputs:
-            key = event.get(kf) if kf is not None else g.key_fn(event)
-            b = cache.get((g.gid, key))
-            if b is None:
-                b = store.peek(g.gid, key)
-            if b is None:
-                for name, _sid, fin in mets:
-                    out[name] = fin(None, ts)
-            else:
-                for name, sid, fin in mets:
-                    out[name] = fin(b.get(sid), ts)
-        return out
+        return sp.core.ingest(event, ts)
 
     def replay(self, stream: str, start: int, end: int) -> None:
         """Recompute state from reservoir events [start, end) (recovery after a crash)."""
         sp = self.streams[stream]
+        advance = sp.core.advance_all
         for pos, ts, _ev in scan(sp.res, start, end):
-            for c in sp.order:
-                c.advance(ts, pos + 1)
+            advance(ts, pos + 1)
 
     def query(self, name: str, key: Any, ts: int) -> Any:
         """A metric's value for ``key`` at ``ts`` without an event; changes nothing."""
@@ -519,38 +416,14 @@ class Plan:
         res = sp.res
         if res.last_ts is not None and ts < res.last_ts:
             ts = res.last_ts
-        if len(m.d.group_by) == 1 and isinstance(key, tuple) and len(key) == 1:
-            key = key[0]
-        elif not m.d.group_by:
-            key = ()
-        elif isinstance(key, list):
-            key = tuple(key)
-        b = self.store.peek(m.group.gid, key)
-        st = copy.deepcopy(b.get(m.state.sid)) if b is not None else None
-        if st is None:
-            st = m.state.make()
-        w, g, s = m.window, m.group, m.state
-        pred = m.filter.pred
-
-        def mine(ev) -> bool:
-            return (pred is None or bool(pred(ev))) and g.key_fn(ev) == key
-
-        # The query sees every ingested event: "before-current" becomes "all".
-        tail_spec = ("all",) if w.tail.spec[0] == "prev" else w.tail.spec
-        lim, end = limits(tail_spec, ts, res.next_pos)
-        for pos, t_i, ev in scan(res, w.tail.pos, end):
-            if t_i > lim:
-                break
-            if pos >= w.start_pos and mine(ev):
-                st.add(s.value(ev), t_i, pos)
-        if w.head is not None:
-            lim, end = limits(w.head.spec, ts, res.next_pos)
-            for pos, t_i, ev in scan(res, w.head.pos, end):
-                if t_i > lim:
-                    break
-                if pos >= w.start_pos and mine(ev):
-                    st.remove(s.value(ev), t_i, pos)
-        return m.fin(st, ts)
+        fields = m.d.group_by
+        if not fields:
+            keys: list = []
+        elif len(fields) == 1:
+            keys = [key[0] if isinstance(key, tuple | list) and len(key) == 1 else key]
+        else:
+            keys = list(key)
+        return sp.core.query(name, keys, ts)
 
     def explain(self) -> str:
         lines = []

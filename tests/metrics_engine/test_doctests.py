@@ -7,8 +7,9 @@ import importlib
 
 import pytest
 
-MODULES = ["metrics_engine.language", "metrics_engine.predicates", "metrics_engine.aggregations",
-           "metrics_engine.engine", "metrics_engine.offline", "pipeline.synthetic"]
+MODULES = ["metrics_engine.language", "metrics_engine.predicates",
+           "tests.metrics_engine.reference_states", "metrics_engine.engine",
+           "metrics_engine.offline", "pipeline.synthetic"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,4 +1,7 @@
-"""Aggregation states: ``add`` / ``remove`` / finalize, exact for every event.
+"""The pure-Python aggregation states the engine had before its native core: a reference.
+
+Kept in tests only, to check the native finalizers bit for bit (test_native_states.py).
+Aggregation states: ``add`` / ``remove`` / finalize, exact for every event.
 
 Each state class keeps what one group key needs for one family of aggregations and supports
 ``add(value, ts, pos)`` when an event enters the window and ``remove(value, ts, pos)`` when it

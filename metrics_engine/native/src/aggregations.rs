@@ -1,0 +1,528 @@
+//! Aggregation states as monoids with an inverse: `lift` turns a value into what the state
+//! adds, `combine` adds it (an event enters the window), `inverse` takes it back out (the
+//! event leaves; windows are FIFO, so removals come in insertion order), `lower` finalizes.
+//!
+//! - `Count`: n and the time of the latest event (COUNT, TIME_SINCE_LAST).
+//! - `Moments`: exact power sums (SUM, AVG, VARIANCE, STDDEV, SKEWNESS) in i128, falling back
+//!   to arbitrary precision on overflow. Floats are exact integers scaled by the finest power
+//!   of two in the window, so sums never drift; results are rounded once, exactly as Python's
+//!   `int / int` rounds (see num.rs), so values are bit-identical to the Python engine's.
+//! - `Extreme`: a monotonic deque of (position, value) for MIN/MAX, O(1) amortised.
+//! - `Distinct`: value -> multiplicity; `Fifo`: values in order (OLDEST); `Recent`; `Ratio`.
+
+use std::collections::VecDeque;
+
+use pyo3::prelude::*;
+use rustc_hash::FxHashMap;
+
+use crate::num::{div, Num};
+use crate::value::{to_py, In, Interner, Out, Val};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    Count,
+    Moments(u8),
+    Extreme(i8),
+    Distinct,
+    Fifo,
+    Recent,
+    Ratio,
+}
+
+impl Kind {
+    pub fn parse(kind: &str, arg: i64) -> PyResult<Kind> {
+        Ok(match kind {
+            "count" => Kind::Count,
+            "moments" => Kind::Moments(arg as u8),
+            "extreme" => Kind::Extreme(arg as i8),
+            "distinct" => Kind::Distinct,
+            "fifo" => Kind::Fifo,
+            "recent" => Kind::Recent,
+            "ratio" => Kind::Ratio,
+            _ => return Err(pyo3::exceptions::PyValueError::new_err(format!("state {kind}"))),
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Func {
+    Count,
+    TimeSinceLast,
+    Sum,
+    Avg,
+    VarSamp,
+    VarPop,
+    StddevSamp,
+    StddevPop,
+    Skewness,
+    Min,
+    Max,
+    CountDistinct,
+    Oldest,
+    Recent,
+    Ratio,
+}
+
+impl Func {
+    pub fn parse(f: &str) -> PyResult<Func> {
+        Ok(match f {
+            "count" => Func::Count,
+            "time_since_last" => Func::TimeSinceLast,
+            "sum" => Func::Sum,
+            "avg" => Func::Avg,
+            "var_samp" => Func::VarSamp,
+            "var_pop" => Func::VarPop,
+            "stddev_samp" => Func::StddevSamp,
+            "stddev_pop" => Func::StddevPop,
+            "skewness" => Func::Skewness,
+            "min" => Func::Min,
+            "max" => Func::Max,
+            "count_distinct" => Func::CountDistinct,
+            "oldest" => Func::Oldest,
+            "recent" => Func::Recent,
+            "ratio" => Func::Ratio,
+            _ => return Err(pyo3::exceptions::PyValueError::new_err(format!("function {f}"))),
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Moments {
+    order: u8,
+    n: i64,
+    f: u32,
+    fx: Vec<(u32, i64)>, // floats in the window by binary exponent, sorted
+    s: [Num; 3],
+}
+
+#[derive(Clone, Debug)]
+pub enum State {
+    Count { n: i64, last_ts: Option<i64> },
+    Moments(Box<Moments>),
+    Extreme { sign: i8, q: VecDeque<(u64, Val)> },
+    Distinct(FxHashMap<Val, u32>),
+    Fifo(VecDeque<(u64, Val)>),
+    Recent { n: i64, last: Val },
+    Ratio { n: i64, hits: i64 },
+}
+
+/// `v = num * 2**-k` exactly, with `num` an integer (Python's float.as_integer_ratio).
+fn float_ratio(v: f64) -> (Num, u32) {
+    if v == 0.0 {
+        return (Num::ZERO, 0);
+    }
+    let bits = v.to_bits();
+    let exp = ((bits >> 52) & 0x7ff) as i64;
+    let frac = bits & ((1u64 << 52) - 1);
+    let (mut m, mut e) = if exp == 0 { (frac, -1074) } else { (frac | (1u64 << 52), exp - 1075) };
+    let tz = m.trailing_zeros();
+    m >>= tz;
+    e += tz as i64;
+    let signed = if v < 0.0 { -(m as i128) } else { m as i128 };
+    if e >= 0 {
+        (Num::S(signed).shl(e as u32), 0)
+    } else {
+        (Num::S(signed), (-e) as u32)
+    }
+}
+
+impl Moments {
+    fn new(order: u8) -> Moments {
+        Moments { order, n: 0, f: 0, fx: Vec::new(), s: [Num::ZERO, Num::ZERO, Num::ZERO] }
+    }
+
+    fn rescale(&mut self, f: u32) {
+        if f > self.f {
+            let d = f - self.f;
+            self.s = [self.s[0].shl(d), self.s[1].shl(2 * d), self.s[2].shl(3 * d)];
+        } else if f < self.f {
+            let d = self.f - f;
+            self.s = [self.s[0].shr(d), self.s[1].shr(2 * d), self.s[2].shr(3 * d)];
+        }
+        self.f = f;
+    }
+
+    /// The exact scaled integer of `v` (None if not a finite number); counts floats.
+    fn lift(&mut self, v: &Val, delta: i64) -> Option<Num> {
+        match v {
+            Val::Int(i) => Some(Num::S(*i).shl(self.f)),
+            Val::Bool(b) => Some(Num::S(*b as i128).shl(self.f)),
+            Val::Float(x) if x.is_finite() => {
+                let (num, k) = float_ratio(*x);
+                match self.fx.binary_search_by_key(&k, |p| p.0) {
+                    Ok(i) => {
+                        self.fx[i].1 += delta;
+                        if self.fx[i].1 == 0 {
+                            self.fx.remove(i);
+                        }
+                    }
+                    Err(i) => self.fx.insert(i, (k, delta)),
+                }
+                if k > self.f {
+                    self.rescale(k);
+                }
+                Some(num.shl(self.f - k))
+            }
+            _ => None,
+        }
+    }
+
+    fn combine(&mut self, x: &Num, sign: i64) {
+        let apply = |a: &Num, b: &Num| if sign > 0 { a.add(b) } else { a.sub(b) };
+        self.n += sign;
+        self.s[0] = apply(&self.s[0], x);
+        if self.order > 1 {
+            let xx = x.mul(x);
+            self.s[1] = apply(&self.s[1], &xx);
+            if self.order > 2 {
+                self.s[2] = apply(&self.s[2], &xx.mul(x));
+            }
+        }
+    }
+
+    fn add(&mut self, v: &Val) {
+        if let Some(x) = self.lift(v, 1) {
+            self.combine(&x, 1);
+        }
+    }
+
+    fn remove(&mut self, v: &Val) {
+        if let Some(x) = self.lift(v, -1) {
+            self.combine(&x, -1);
+            if self.f > 0 {
+                let f = self.fx.last().map(|p| p.0).unwrap_or(0);
+                if f < self.f {
+                    self.rescale(f); // the finest float left: a coarser scale, still exact
+                }
+            }
+        }
+    }
+}
+
+impl State {
+    pub fn new(kind: Kind) -> State {
+        match kind {
+            Kind::Count => State::Count { n: 0, last_ts: None },
+            Kind::Moments(o) => State::Moments(Box::new(Moments::new(o))),
+            Kind::Extreme(sign) => State::Extreme { sign, q: VecDeque::new() },
+            Kind::Distinct => State::Distinct(FxHashMap::default()),
+            Kind::Fifo => State::Fifo(VecDeque::new()),
+            Kind::Recent => State::Recent { n: 0, last: Val::Null },
+            Kind::Ratio => State::Ratio { n: 0, hits: 0 },
+        }
+    }
+
+    /// An event enters the window.
+    pub fn add(&mut self, v: &Val, ts: i64, pos: u64) {
+        match self {
+            State::Count { n, last_ts } => {
+                if !v.is_null() {
+                    *n += 1;
+                    *last_ts = Some(ts);
+                }
+            }
+            State::Moments(m) => m.add(v),
+            State::Extreme { sign, q } => {
+                if !v.is_numeric() {
+                    return;
+                }
+                let worse = if *sign == 1 { std::cmp::Ordering::Greater } else { std::cmp::Ordering::Less };
+                while q.back().is_some_and(|b| b.1.num_cmp(v) == worse) {
+                    q.pop_back();
+                }
+                q.push_back((pos, *v));
+            }
+            State::Distinct(c) => {
+                if !v.is_null() {
+                    *c.entry(*v).or_insert(0) += 1;
+                }
+            }
+            State::Fifo(q) => {
+                if !v.is_null() {
+                    q.push_back((pos, *v));
+                }
+            }
+            State::Recent { n, last } => {
+                if !v.is_null() {
+                    *n += 1;
+                    *last = *v;
+                }
+            }
+            State::Ratio { n, hits } => {
+                *n += 1;
+                if matches!(v, Val::Bool(true)) {
+                    *hits += 1;
+                }
+            }
+        }
+    }
+
+    /// The event at `pos` leaves the window (the value it was added with).
+    pub fn remove(&mut self, v: &Val, _ts: i64, pos: u64) {
+        match self {
+            State::Count { n, last_ts } => {
+                if !v.is_null() {
+                    *n -= 1;
+                    if *n == 0 {
+                        *last_ts = None;
+                    }
+                }
+            }
+            State::Moments(m) => m.remove(v),
+            State::Extreme { q, .. } => {
+                if q.front().is_some_and(|f| f.0 == pos) {
+                    q.pop_front();
+                }
+            }
+            State::Distinct(c) => {
+                if !v.is_null() {
+                    if let Some(k) = c.get_mut(v) {
+                        *k -= 1;
+                        if *k == 0 {
+                            c.remove(v);
+                        }
+                    }
+                }
+            }
+            State::Fifo(q) => {
+                if !v.is_null() {
+                    q.pop_front();
+                }
+            }
+            State::Recent { n, last } => {
+                if !v.is_null() {
+                    *n -= 1;
+                    if *n == 0 {
+                        *last = Val::Null;
+                    }
+                }
+            }
+            State::Ratio { n, hits } => {
+                *n -= 1;
+                if matches!(v, Val::Bool(true)) {
+                    *hits -= 1;
+                }
+            }
+        }
+    }
+
+    pub fn empty(&self) -> bool {
+        match self {
+            State::Count { n, .. } | State::Recent { n, .. } | State::Ratio { n, .. } => *n == 0,
+            State::Moments(m) => m.n == 0,
+            State::Extreme { q, .. } | State::Fifo(q) => q.is_empty(),
+            State::Distinct(c) => c.is_empty(),
+        }
+    }
+
+    // -- bytes (snapshots and digests; deterministic) ----------------------------------------
+    pub fn write(&self, py: Python<'_>, out: &mut Out, strings: &Interner) {
+        match self {
+            State::Count { n, last_ts } => {
+                out.u8(0);
+                out.i64(*n);
+                out.i64(last_ts.unwrap_or(i64::MIN));
+            }
+            State::Moments(m) => {
+                out.u8(1);
+                out.u8(m.order);
+                out.i64(m.n);
+                out.u32(m.f);
+                out.u32(m.fx.len() as u32);
+                for (k, c) in &m.fx {
+                    out.u32(*k);
+                    out.i64(*c);
+                }
+                for s in &m.s {
+                    out.bytes(&s.to_bytes());
+                }
+            }
+            State::Extreme { sign, q } => {
+                out.u8(2);
+                out.u8(*sign as u8);
+                out.u32(q.len() as u32);
+                for (p, v) in q {
+                    out.u64(*p);
+                    out.val(py, v, strings);
+                }
+            }
+            State::Distinct(c) => {
+                out.u8(3);
+                let mut items: Vec<(Vec<u8>, u32)> = c
+                    .iter()
+                    .map(|(v, k)| {
+                        let mut o = Out::default();
+                        o.val(py, v, strings);
+                        (o.buf, *k)
+                    })
+                    .collect();
+                items.sort();
+                out.u32(items.len() as u32);
+                for (b, k) in items {
+                    out.buf.extend_from_slice(&b);
+                    out.u32(k);
+                }
+            }
+            State::Fifo(q) => {
+                out.u8(4);
+                out.u32(q.len() as u32);
+                for (p, v) in q {
+                    out.u64(*p);
+                    out.val(py, v, strings);
+                }
+            }
+            State::Recent { n, last } => {
+                out.u8(5);
+                out.i64(*n);
+                out.val(py, last, strings);
+            }
+            State::Ratio { n, hits } => {
+                out.u8(6);
+                out.i64(*n);
+                out.i64(*hits);
+            }
+        }
+    }
+
+    pub fn read(py: Python<'_>, inp: &mut In<'_>, strings: &mut Interner) -> PyResult<State> {
+        Ok(match inp.u8()? {
+            0 => {
+                let n = inp.i64()?;
+                let t = inp.i64()?;
+                State::Count { n, last_ts: if t == i64::MIN { None } else { Some(t) } }
+            }
+            1 => {
+                let order = inp.u8()?;
+                let n = inp.i64()?;
+                let f = inp.u32()?;
+                let k = inp.u32()?;
+                let mut fx = Vec::with_capacity(k as usize);
+                for _ in 0..k {
+                    fx.push((inp.u32()?, inp.i64()?));
+                }
+                let s = [Num::from_bytes(inp.bytes()?), Num::from_bytes(inp.bytes()?),
+                         Num::from_bytes(inp.bytes()?)];
+                State::Moments(Box::new(Moments { order, n, f, fx, s }))
+            }
+            2 => {
+                let sign = inp.u8()? as i8;
+                let k = inp.u32()?;
+                let mut q = VecDeque::with_capacity(k as usize);
+                for _ in 0..k {
+                    q.push_back((inp.u64()?, inp.val(py, strings)?));
+                }
+                State::Extreme { sign, q }
+            }
+            3 => {
+                let k = inp.u32()?;
+                let mut c = FxHashMap::default();
+                for _ in 0..k {
+                    let v = inp.val(py, strings)?;
+                    c.insert(v, inp.u32()?);
+                }
+                State::Distinct(c)
+            }
+            4 => {
+                let k = inp.u32()?;
+                let mut q = VecDeque::with_capacity(k as usize);
+                for _ in 0..k {
+                    q.push_back((inp.u64()?, inp.val(py, strings)?));
+                }
+                State::Fifo(q)
+            }
+            5 => {
+                let n = inp.i64()?;
+                State::Recent { n, last: inp.val(py, strings)? }
+            }
+            6 => State::Ratio { n: inp.i64()?, hits: inp.i64()? },
+            t => return Err(pyo3::exceptions::PyValueError::new_err(format!("state tag {t}"))),
+        })
+    }
+}
+
+fn num_to_py(py: Python<'_>, n: &Num) -> PyObject {
+    match n {
+        Num::S(v) => v.into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or(py.None()),
+        Num::B(b) => b.into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or(py.None()),
+    }
+}
+
+fn float(py: Python<'_>, v: f64) -> PyObject {
+    pyo3::types::PyFloat::new(py, v).into_any().unbind()
+}
+
+fn var(m: &Moments, ddof: i64) -> Option<f64> {
+    if m.n <= ddof {
+        return None;
+    }
+    let n = Num::S(m.n as i128);
+    let num = n.mul(&m.s[1]).sub(&m.s[0].mul(&m.s[0])); // exact, >= 0
+    let den = Num::S((m.n as i128) * ((m.n - ddof) as i128)).shl(2 * m.f);
+    Some(div(&num, &den))
+}
+
+fn skewness(m: &Moments) -> Option<f64> {
+    if m.n == 0 {
+        return None;
+    }
+    let n = Num::S(m.n as i128);
+    let (s1, s2, s3) = (&m.s[0], &m.s[1], &m.s[2]);
+    let b = n.mul(s2).sub(&s1.mul(s1));
+    if b.is_zero() {
+        return None;
+    }
+    let a = n.mul(&n).mul(s3).sub(&Num::S(3).mul(&n).mul(s1).mul(s2))
+        .add(&Num::S(2).mul(s1).mul(s1).mul(s1));
+    let g = div(&a.mul(&a), &b.mul(&b).mul(&b)).sqrt(); // exact ratio, rounded once
+    Some(if a.is_negative() { -g } else { g })
+}
+
+/// The value of `func` for a state (None: the key has no state) at time `ts`.
+pub fn lower(py: Python<'_>, func: Func, st: Option<&State>, ts: i64, strings: &Interner) -> PyObject {
+    let none = || py.None();
+    match (func, st) {
+        (Func::Count, None) | (Func::CountDistinct, None) => 0i64.into_pyobject(py).unwrap().into_any().unbind(),
+        (_, None) => none(),
+        (Func::Count, Some(State::Count { n, .. })) => n.into_pyobject(py).unwrap().into_any().unbind(),
+        (Func::TimeSinceLast, Some(State::Count { last_ts, .. })) => match last_ts {
+            Some(t) => (ts - t).into_pyobject(py).unwrap().into_any().unbind(),
+            None => none(),
+        },
+        (Func::Sum, Some(State::Moments(m))) => {
+            if m.n == 0 {
+                none()
+            } else if !m.fx.is_empty() {
+                float(py, div(&m.s[0], &Num::S(1).shl(m.f))) // a float in the window: a float sum
+            } else {
+                num_to_py(py, &m.s[0])
+            }
+        }
+        (Func::Avg, Some(State::Moments(m))) => {
+            if m.n == 0 {
+                none()
+            } else {
+                float(py, div(&m.s[0], &Num::S(m.n as i128).shl(m.f)))
+            }
+        }
+        (Func::VarSamp, Some(State::Moments(m))) => var(m, 1).map_or_else(none, |v| float(py, v)),
+        (Func::VarPop, Some(State::Moments(m))) => var(m, 0).map_or_else(none, |v| float(py, v)),
+        (Func::StddevSamp, Some(State::Moments(m))) => var(m, 1).map_or_else(none, |v| float(py, v.sqrt())),
+        (Func::StddevPop, Some(State::Moments(m))) => var(m, 0).map_or_else(none, |v| float(py, v.sqrt())),
+        (Func::Skewness, Some(State::Moments(m))) => skewness(m).map_or_else(none, |v| float(py, v)),
+        (Func::Min | Func::Max, Some(State::Extreme { q, .. })) => {
+            q.front().map_or_else(none, |(_, v)| to_py(py, v, strings))
+        }
+        (Func::CountDistinct, Some(State::Distinct(c))) => c.len().into_pyobject(py).unwrap().into_any().unbind(),
+        (Func::Oldest, Some(State::Fifo(q))) => q.front().map_or_else(none, |(_, v)| to_py(py, v, strings)),
+        (Func::Recent, Some(State::Recent { last, .. })) => to_py(py, last, strings),
+        (Func::Ratio, Some(State::Ratio { n, hits })) => {
+            if *n == 0 {
+                none()
+            } else {
+                float(py, div(&Num::S(*hits as i128), &Num::S(*n as i128)))
+            }
+        }
+        _ => none(),
+    }
+}
+

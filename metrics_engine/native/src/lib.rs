@@ -1,0 +1,22 @@
+//! The native core of `metrics_engine`: window cursors over the reservoir, keyed aggregation
+//! states and finalizers, driven by a plan that Python lowers and sends (see plan.rs).
+//!
+//! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
+//! (lowered scalars, strings, bytes), `aggregations` (the monoids), `keyed` (group keys to
+//! ids to states), `window` (cursors), `plan` (one stream's hot path, `StreamCore`).
+
+use pyo3::prelude::*;
+
+mod aggregations;
+mod keyed;
+mod num;
+mod plan;
+mod value;
+mod window;
+
+#[pymodule]
+fn railflow_metrics_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<plan::StreamCore>()?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

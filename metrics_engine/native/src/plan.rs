@@ -1,0 +1,528 @@
+//! One stream's lowered plan and its hot path: cursors -> windows -> filters -> group-bys ->
+//! state slots -> metrics. Python builds the plan (language, sharing, explain) and sends it
+//! lowered with `set_plan`; state of unchanged group nodes survives a new plan.
+//!
+//! `ingest` validates and lowers the event first (a non-scalar group key or value raises
+//! `MetricInputError` before anything changes), appends it to the reservoir, moves every
+//! cursor (the shared current-event tail takes the already lowered event; heads read older
+//! events from the reservoir's chunks), then finalizes every metric of the stream.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use rustc_hash::FxHashMap;
+
+use crate::aggregations::{lower as finalize, Func, Kind, State};
+use crate::keyed::{GroupTable, Input};
+use crate::value::{lower, In, Interner, LowerError, Out, Val};
+use crate::window::{Cursor, Spec};
+
+struct GroupRoute {
+    table: usize,
+    key_fields: Vec<usize>,
+}
+
+struct Route {
+    pred: Option<usize>,
+    groups: Vec<GroupRoute>,
+}
+
+struct Window {
+    start_pos: u64,
+    tail: usize,
+    head: Option<usize>,
+    routes: Vec<Route>,
+}
+
+struct Output {
+    table: usize,
+    key_fields: Vec<usize>,
+    window: usize,
+    pred: Option<usize>,
+    metrics: Vec<(Py<PyString>, usize, Func)>,
+}
+
+#[derive(Default, Clone)]
+struct Row {
+    vals: Vec<Val>,
+    preds: Vec<bool>,
+}
+
+/// The tables, windows and scratch buffers the insert/evict paths touch.
+struct Core {
+    windows: Vec<Window>,
+    tables: Vec<GroupTable>,
+    key: Vec<Val>,
+}
+
+impl Core {
+    fn key_of(key: &mut Vec<Val>, row: &Row, fields: &[usize]) {
+        key.clear();
+        key.extend(fields.iter().map(|&f| row.vals[f]));
+    }
+
+    fn input(inp: Input, row: &Row) -> Val {
+        match inp {
+            Input::One => Val::Int(1),
+            Input::Field(f) => row.vals[f],
+            Input::Pred(p) => Val::Bool(row.preds[p]),
+        }
+    }
+
+    /// Insert into window `w` (or only into slot `only` = (table, slot)).
+    fn insert(&mut self, w: usize, row: &Row, ts: i64, pos: u64, only: Option<(usize, usize)>) {
+        let win = &self.windows[w];
+        if pos < win.start_pos {
+            return;
+        }
+        for route in &win.routes {
+            if route.pred.is_some_and(|p| !row.preds[p]) {
+                continue;
+            }
+            for g in &route.groups {
+                if only.is_some_and(|(t, _)| t != g.table) {
+                    continue;
+                }
+                Core::key_of(&mut self.key, row, &g.key_fields);
+                let t = &mut self.tables[g.table];
+                let id = t.find_or_insert(&self.key);
+                let (kinds, inputs, states) = t.slots_mut(id);
+                for (i, st) in states.iter_mut().enumerate() {
+                    if only.is_some_and(|(_, s)| s != i) {
+                        continue;
+                    }
+                    let v = Core::input(inputs[i], row);
+                    st.get_or_insert_with(|| State::new(kinds[i])).add(&v, ts, pos);
+                }
+            }
+        }
+    }
+
+    fn evict(&mut self, w: usize, row: &Row, ts: i64, pos: u64) -> Result<(), String> {
+        let win = &self.windows[w];
+        if pos < win.start_pos {
+            return Ok(());
+        }
+        for route in &win.routes {
+            if route.pred.is_some_and(|p| !row.preds[p]) {
+                continue;
+            }
+            for g in &route.groups {
+                Core::key_of(&mut self.key, row, &g.key_fields);
+                let t = &mut self.tables[g.table];
+                let Some(id) = t.find(&self.key) else {
+                    return Err(format!("evicting position {pos} of a key with no state"));
+                };
+                let mut empty = true;
+                let (_, inputs, states) = t.slots_mut(id);
+                for (i, st) in states.iter_mut().enumerate() {
+                    let Some(st) = st else {
+                        return Err(format!("evicting position {pos} from a missing state"));
+                    };
+                    st.remove(&Core::input(inputs[i], row), ts, pos);
+                    if empty && !st.empty() {
+                        empty = false;
+                    }
+                }
+                if empty {
+                    t.remove(id);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[pyclass(module = "railflow_metrics_native")]
+pub struct StreamCore {
+    res: PyObject,
+    chunks: Py<PyList>,
+    input_error: PyObject,
+    invariant: PyObject,
+    fields: Vec<Py<PyString>>,
+    preds: Vec<PyObject>,
+    cursors: Vec<Cursor>,
+    order: Vec<usize>,
+    outputs: Vec<Output>,
+    core: Core,
+    gids: Vec<String>, // gid of each table, aligned with core.tables
+    strings: Interner,
+    cur: Row,
+    tmp: Row,
+}
+
+impl StreamCore {
+    fn invariant(&self, py: Python<'_>, msg: String) -> PyErr {
+        match self.invariant.bind(py).call1((msg,)) {
+            Ok(e) => PyErr::from_value(e),
+            Err(e) => e,
+        }
+    }
+
+    /// Lower `ev` into `row`; `check` names a non-scalar field in a `MetricInputError`.
+    fn lower_into(&mut self, py: Python<'_>, ev: &Bound<'_, PyAny>, current: bool) -> PyResult<()> {
+        let row = if current { &mut self.cur } else { &mut self.tmp };
+        let dict = ev.downcast::<PyDict>().ok();
+        for (i, f) in self.fields.iter().enumerate() {
+            let f = f.bind(py);
+            let v = match dict {
+                Some(d) => d.get_item(f)?,
+                None => Some(ev.call_method1("get", (f,))?),
+            };
+            row.vals[i] = match v {
+                None => Val::Null,
+                Some(v) => match lower(&v, &mut self.strings) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let why = match e {
+                            LowerError::NotScalar(t) => format!("holds a {t}, not a scalar"),
+                            LowerError::OutOfRange => "holds an integer out of range".to_string(),
+                        };
+                        let msg = format!("field {:?} {why} (group keys and aggregated values \
+                                           are strings, numbers, booleans or null)", f.to_str()?);
+                        let err = self.input_error.bind(py).call1((msg, f))?;
+                        return Err(PyErr::from_value(err));
+                    }
+                },
+            };
+        }
+        for (i, p) in self.preds.iter().enumerate() {
+            row.preds[i] = p.bind(py).call1((ev,))?.is_truthy()?;
+        }
+        Ok(())
+    }
+
+    fn advance_one(&mut self, py: Python<'_>, ci: usize, t: i64, next_pos: u64) -> PyResult<()> {
+        let (lim, end) = self.cursors[ci].spec.limits(t, next_pos);
+        if self.cursors[ci].pos >= end {
+            return Ok(());
+        }
+        let res = self.res.clone_ref(py).into_bound(py);
+        while self.cursors[ci].pos < end {
+            let (ts, ev) = self.cursors[ci].peek(py, &res)?;
+            if ts > lim {
+                break;
+            }
+            let pos = self.cursors[ci].pos;
+            self.lower_into(py, &ev, false)?;
+            let c = &self.cursors[ci];
+            for &w in &c.inserts {
+                self.core.insert(w, &self.tmp, ts, pos, None);
+            }
+            for &w in &c.evicts {
+                if let Err(m) = self.core.evict(w, &self.tmp, ts, pos) {
+                    return Err(self.invariant(py, m));
+                }
+            }
+            let c = &mut self.cursors[ci];
+            c.pos += 1;
+            c.idx += 1;
+        }
+        Ok(())
+    }
+
+    fn cursor_index(&self, id: i64) -> PyResult<usize> {
+        self.cursors.iter().position(|c| c.id == id)
+            .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(id))
+    }
+
+    fn floor_pos(&self, py: Python<'_>) -> PyResult<u64> {
+        match self.cursors.iter().map(|c| c.pos).min() {
+            Some(p) => Ok(p),
+            None => self.res.bind(py).getattr("next_pos")?.extract(),
+        }
+    }
+
+    fn scan<F>(&mut self, py: Python<'_>, start: u64, end: u64, mut f: F) -> PyResult<()>
+    where
+        F: FnMut(&mut StreamCore, Python<'_>, i64, u64, &Bound<'_, PyAny>) -> PyResult<bool>,
+    {
+        if start >= end {
+            return Ok(());
+        }
+        let res = self.res.clone_ref(py).into_bound(py);
+        let mut c = Cursor::new(-1, Spec::All, start);
+        while c.pos < end {
+            let (ts, ev) = c.peek(py, &res)?;
+            if !f(self, py, ts, c.pos, &ev)? {
+                break;
+            }
+            c.pos += 1;
+            c.idx += 1;
+        }
+        Ok(())
+    }
+}
+
+type SlotSpec = (String, String, i64, String, i64);
+type GroupSpec = (String, Vec<usize>, Vec<SlotSpec>);
+type RouteSpec = (Option<usize>, Vec<GroupSpec>);
+type WindowSpec = (u64, i64, Option<i64>, Vec<RouteSpec>);
+type OutputSpec = (String, Vec<usize>, usize, Option<usize>, Vec<(Py<PyString>, usize, String)>);
+
+#[pymethods]
+impl StreamCore {
+    #[new]
+    fn new(py: Python<'_>, res: PyObject, input_error: PyObject, invariant: PyObject) -> PyResult<Self> {
+        let chunks = res.bind(py).getattr("chunks")?.downcast_into::<PyList>()?.unbind();
+        Ok(StreamCore {
+            res, chunks, input_error, invariant, fields: vec![], preds: vec![], cursors: vec![],
+            order: vec![], outputs: vec![],
+            core: Core { windows: vec![], tables: vec![], key: vec![] }, gids: vec![],
+            strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
+        })
+    }
+
+    /// Take a new lowered plan; cursors (by id) and group tables (by gid) carry over.
+    fn set_plan(&mut self, fields: Vec<Py<PyString>>, preds: Vec<PyObject>,
+                cursors: Vec<(i64, String, i64, i64, i64, u64)>, order: Vec<i64>,
+                windows: Vec<WindowSpec>, outputs: Vec<OutputSpec>) -> PyResult<()> {
+        let mut old: FxHashMap<i64, Cursor> = self.cursors.drain(..).map(|c| (c.id, c)).collect();
+        for (id, kind, a, b, c, pos) in cursors {
+            let mut cur = old.remove(&id).unwrap_or_else(|| Cursor::new(id, Spec::All, pos));
+            cur.spec = Spec::parse(&kind, a, b, c)?;
+            cur.inserts.clear();
+            cur.evicts.clear();
+            self.cursors.push(cur);
+        }
+        self.order = order.iter().map(|id| self.cursor_index(*id)).collect::<PyResult<_>>()?;
+        let mut old_tables: FxHashMap<String, GroupTable> =
+            self.gids.drain(..).zip(self.core.tables.drain(..)).collect();
+        let mut index: FxHashMap<String, usize> = FxHashMap::default();
+        let mut tables: Vec<GroupTable> = vec![];
+        let mut wins = vec![];
+        for (wi, (start_pos, tail, head, routes)) in windows.into_iter().enumerate() {
+            let tail = self.cursor_index(tail)?;
+            let head = head.map(|h| self.cursor_index(h)).transpose()?;
+            self.cursors[tail].inserts.push(wi);
+            if let Some(h) = head {
+                self.cursors[h].evicts.push(wi);
+            }
+            let mut rs = vec![];
+            for (pred, groups) in routes {
+                let mut gs = vec![];
+                for (gid, key_fields, slots) in groups {
+                    let ti = *index.entry(gid.clone()).or_insert_with(|| {
+                        tables.push(old_tables.remove(&gid).unwrap_or_else(GroupTable::new));
+                        self.gids.push(gid.clone());
+                        tables.len() - 1
+                    });
+                    let mut ss = vec![];
+                    for (sid, kind, arg, input, idx) in slots {
+                        let inp = match input.as_str() {
+                            "one" => Input::One,
+                            "field" => Input::Field(idx as usize),
+                            _ => Input::Pred(idx as usize),
+                        };
+                        ss.push((sid, Kind::parse(&kind, arg)?, inp));
+                    }
+                    tables[ti].set_slots(ss);
+                    gs.push(GroupRoute { table: ti, key_fields });
+                }
+                rs.push(Route { pred, groups: gs });
+            }
+            wins.push(Window { start_pos, tail, head, routes: rs });
+        }
+        let mut outs = vec![];
+        for (gid, key_fields, window, pred, metrics) in outputs {
+            let table = *index.get(&gid).ok_or_else(|| {
+                pyo3::exceptions::PyValueError::new_err(format!("output of unknown group {gid}"))
+            })?;
+            let metrics = metrics.into_iter()
+                .map(|(n, s, f)| Ok((n, s, Func::parse(&f)?)))
+                .collect::<PyResult<Vec<_>>>()?;
+            outs.push(Output { table, key_fields, window, pred, metrics });
+        }
+        self.core.tables = tables;
+        self.core.windows = wins;
+        self.outputs = outs;
+        self.cur = Row { vals: vec![Val::Null; fields.len()], preds: vec![false; preds.len()] };
+        self.tmp = self.cur.clone();
+        self.fields = fields;
+        self.preds = preds;
+        Ok(())
+    }
+
+    /// Feed one event at `ts` (already clamped); returns every metric of the stream for it.
+    fn ingest<'py>(&mut self, py: Python<'py>, event: &Bound<'py, PyAny>, ts: i64)
+                   -> PyResult<Bound<'py, PyDict>> {
+        self.lower_into(py, event, true)?; // refuses a bad event before anything changes
+        let res = self.res.bind(py).clone();
+        let chunks = self.chunks.bind(py).len();
+        let pos: u64 = res.call_method1("append", (ts, event))?.extract()?;
+        let next_pos = pos + 1;
+        for oi in 0..self.order.len() {
+            let ci = self.order[oi];
+            let c = &self.cursors[ci];
+            if c.spec == Spec::All && c.pos == pos {
+                // Fast path: the shared current-event tail takes only this event.
+                for wi in 0..c.inserts.len() {
+                    let w = self.cursors[ci].inserts[wi];
+                    self.core.insert(w, &self.cur, ts, pos, None);
+                }
+                let c = &mut self.cursors[ci];
+                c.pos = next_pos;
+                c.stale = true;
+            } else {
+                self.advance_one(py, ci, ts, next_pos)?;
+            }
+        }
+        if self.chunks.bind(py).len() != chunks {
+            let floor = self.floor_pos(py)?;
+            res.call_method1("trim", (floor,))?;
+        }
+        let out = PyDict::new(py);
+        for o in &self.outputs {
+            Core::key_of(&mut self.core.key, &self.cur, &o.key_fields);
+            let t = &self.core.tables[o.table];
+            let entry = t.find(&self.core.key).map(|id| t.entry(id));
+            for (name, slot, func) in &o.metrics {
+                let st = entry.and_then(|e| e.states[*slot].as_ref());
+                out.set_item(name.bind(py), finalize(py, *func, st, ts, &self.strings))?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Move every cursor to time `t` / position `next_pos` (replay after a crash).
+    fn advance_all(&mut self, py: Python<'_>, t: i64, next_pos: u64) -> PyResult<()> {
+        for oi in 0..self.order.len() {
+            self.advance_one(py, self.order[oi], t, next_pos)?;
+        }
+        Ok(())
+    }
+
+    /// Move one cursor (a new one, catching its windows up alone).
+    fn advance(&mut self, py: Python<'_>, cursor: i64, t: i64, next_pos: u64) -> PyResult<()> {
+        let ci = self.cursor_index(cursor)?;
+        self.advance_one(py, ci, t, next_pos)
+    }
+
+    /// Insert the reservoir's events [start, end) into window `window` (only into the state
+    /// slot (gid, sid) when given): filling nodes added to a running plan.
+    #[pyo3(signature = (window, start, end, only=None))]
+    fn fill(&mut self, py: Python<'_>, window: usize, start: u64, end: u64,
+            only: Option<(String, String)>) -> PyResult<()> {
+        let only = match only {
+            None => None,
+            Some((gid, sid)) => {
+                let t = self.gids.iter().position(|g| *g == gid)
+                    .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(gid.clone()))?;
+                let s = self.core.tables[t].sids.iter().position(|x| *x == sid)
+                    .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(sid.clone()))?;
+                Some((t, s))
+            }
+        };
+        self.scan(py, start, end, |me, py, ts, pos, ev| {
+            me.lower_into(py, ev, false)?;
+            me.core.insert(window, &me.tmp, ts, pos, only);
+            Ok(true)
+        })
+    }
+
+    fn seek(&mut self, py: Python<'_>, cursor: i64, pos: u64) -> PyResult<()> {
+        let ci = self.cursor_index(cursor)?;
+        let res = self.res.bind(py).clone();
+        self.cursors[ci].seek(&res, pos)
+    }
+
+    fn cursor_pos(&self, cursor: i64) -> PyResult<u64> {
+        Ok(self.cursors[self.cursor_index(cursor)?].pos)
+    }
+
+    fn floor(&self, py: Python<'_>) -> PyResult<u64> {
+        self.floor_pos(py)
+    }
+
+    /// Live group keys over all group nodes (for tests and explain).
+    fn key_count(&self) -> usize {
+        self.core.tables.iter().map(|t| t.len()).sum()
+    }
+
+    /// Metric `name`'s value for the group key `key` (one value per group field) at `ts`,
+    /// as if an event came at `ts` without being part of any window. Changes nothing.
+    fn query(&mut self, py: Python<'_>, name: &str, key: Vec<Bound<'_, PyAny>>, ts: i64) -> PyResult<PyObject> {
+        let (oi, slot, func) = self.outputs.iter().enumerate()
+            .find_map(|(i, o)| o.metrics.iter().find(|m| m.0.bind(py).to_str().ok() == Some(name))
+                .map(|m| (i, m.1, m.2)))
+            .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_string()))?;
+        let mut want = vec![];
+        for k in &key {
+            want.push(lower(k, &mut self.strings).unwrap_or(Val::Null));
+        }
+        let (table, window, pred, key_fields) = {
+            let o = &self.outputs[oi];
+            (o.table, o.window, o.pred, o.key_fields.clone())
+        };
+        let t = &self.core.tables[table];
+        let (kind, inp) = (t.kinds[slot], t.inputs[slot]);
+        let mut st = t.find(&want).and_then(|id| t.entry(id).states[slot].clone())
+            .unwrap_or_else(|| State::new(kind));
+        let (start_pos, tail, head) = {
+            let w = &self.core.windows[window];
+            (w.start_pos, w.tail, w.head)
+        };
+        let next_pos: u64 = self.res.bind(py).getattr("next_pos")?.extract()?;
+        // The query sees every ingested event: "before-current" becomes "all".
+        let tail_spec = match self.cursors[tail].spec { Spec::Prev => Spec::All, s => s };
+        let mut parts = vec![(self.cursors[tail].pos, tail_spec, true)];
+        if let Some(h) = head {
+            parts.push((self.cursors[h].pos, self.cursors[h].spec, false));
+        }
+        for (from, spec, add) in parts {
+            let (lim, end) = spec.limits(ts, next_pos);
+            self.scan(py, from, end, |me, py, t_i, pos, ev| {
+                if t_i > lim {
+                    return Ok(false);
+                }
+                if pos < start_pos {
+                    return Ok(true);
+                }
+                me.lower_into(py, ev, false)?;
+                if pred.is_some_and(|p| !me.tmp.preds[p]) {
+                    return Ok(true);
+                }
+                if key_fields.iter().map(|&f| me.tmp.vals[f]).ne(want.iter().copied()) {
+                    return Ok(true);
+                }
+                let v = Core::input(inp, &me.tmp);
+                if add { st.add(&v, t_i, pos) } else { st.remove(&v, t_i, pos) }
+                Ok(true)
+            })?;
+        }
+        Ok(finalize(py, func, Some(&st), ts, &self.strings))
+    }
+
+    /// Every table's state as bytes, ordered by gid and canonical key (`digest`: only what
+    /// the logical state holds, for hashing).
+    #[pyo3(signature = (digest=false))]
+    fn dump<'py>(&self, py: Python<'py>, digest: bool) -> Bound<'py, PyBytes> {
+        let mut out = Out::default();
+        let mut order: Vec<usize> = (0..self.gids.len()).collect();
+        order.sort_by(|a, b| self.gids[*a].cmp(&self.gids[*b]));
+        out.u32(order.len() as u32);
+        for i in order {
+            out.bytes(self.gids[i].as_bytes());
+            self.core.tables[i].write(py, &mut out, &self.strings, digest);
+        }
+        PyBytes::new(py, &out.buf)
+    }
+
+    /// Load what `dump` wrote into the tables of the current plan (matched by gid and sid).
+    fn load(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<()> {
+        let mut inp = In { buf: data, at: 0 };
+        if inp.done() {
+            return Ok(());
+        }
+        let n = inp.u32()?;
+        for _ in 0..n {
+            let gid = String::from_utf8_lossy(inp.bytes()?).to_string();
+            let mut scratch = GroupTable::new();
+            let t = match self.gids.iter().position(|g| *g == gid) {
+                Some(i) => &mut self.core.tables[i],
+                None => &mut scratch, // a group no metric uses any more
+            };
+            t.read(py, &mut inp, &mut self.strings)?;
+        }
+        Ok(())
+    }
+}
