@@ -4,6 +4,11 @@ Client systems send ``Authorization: Bearer rk_...``; keys are stored only as SH
 ``<data_dir>/auth.json`` (plus any keys given in ``RAILFLOW_API_KEYS``). Console users log in
 with a password (PBKDF2-hashed) and receive a signed, expiring token ``rt.<payload>.<mac>``
 carrying their role. Roles are ordered: analyst < manager < admin.
+
+``principal(bearer)`` is on every request's path: it keeps the principals it resolved in a
+cache keyed by the SHA-256 of the bearer, confirmed with ``hmac.compare_digest`` (the cache
+never holds a key or token in clear; a hit costs one hash and one dict lookup). A token's
+cached principal expires with the token; creating a key or a user clears the cache.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 ROLES = ("analyst", "manager", "admin")
 token_ttl_s = 12 * 3600
 pbkdf2_iterations = 100_000
+principals_cached_max = 10_000  # distinct bearers; the cache starts over when full
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,13 @@ class Principal:
 
 def _sha(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Cached:
+    digest: bytes
+    principal: Principal
+    expires_s: float  # a client key never expires (inf)
 
 
 def _pw_hash(password: str, salt: str) -> str:
@@ -53,6 +66,7 @@ class AuthStore:
         if path is not None and path.exists():
             self._data = json.loads(path.read_text())
         self._extra = {_sha(k): "configured" for k in extra_keys}
+        self._cache: dict[bytes, _Cached] = {}
 
     def _save(self) -> None:
         if self._path is None:
@@ -69,6 +83,7 @@ class AuthStore:
         with self._lock:
             self._data["keys"][_sha(key)] = name
             self._save()
+            self._cache.clear()
         return key
 
     def client_for_key(self, key: str) -> Principal | None:
@@ -85,6 +100,7 @@ class AuthStore:
             self._data["users"][username] = {"role": role, "salt": salt,
                                              "hash": _pw_hash(password, salt)}
             self._save()
+            self._cache.clear()
 
     def has_user(self, username: str) -> bool:
         return username in self._data["users"]
@@ -114,7 +130,25 @@ class AuthStore:
             return None
         return Principal(name=username, kind="user", role=role)
 
-    def principal(self, bearer: str) -> Principal | None:
+    def principal(self, bearer: str, now_s: float | None = None) -> Principal | None:
+        """The client or user a bearer key or token stands for; None when it is unknown."""
+        digest = hashlib.sha256(bearer.encode()).digest()
+        hit = self._cache.get(digest)
+        now = time.time() if now_s is None else now_s
+        if hit is not None and hmac.compare_digest(hit.digest, digest) and now < hit.expires_s:
+            return hit.principal
         if bearer.startswith("rt."):
-            return self.user_for_token(bearer)
-        return self.client_for_key(bearer)
+            found = self.user_for_token(bearer, now)
+            expires_s = self._token_expiry(bearer)
+        else:
+            found, expires_s = self.client_for_key(bearer), float("inf")
+        if found is not None:  # unknown bearers are not cached: they could fill the cache
+            if len(self._cache) >= principals_cached_max:
+                self._cache.clear()
+            self._cache[digest] = _Cached(digest, found, expires_s)
+        return found
+
+    @staticmethod
+    def _token_expiry(token: str) -> float:
+        """The expiry of a token whose MAC was already checked."""
+        return float(json.loads(base64.urlsafe_b64decode(token.split(".")[1]))[2])

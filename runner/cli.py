@@ -52,18 +52,16 @@ def serve(
     host: str = typer.Option(None, help="Address to bind (RAILFLOW_HOST)."),
     port: int = typer.Option(None, help="Port of the API and console (RAILFLOW_PORT)."),
     node_id: str = typer.Option(None, help="Node id (RAILFLOW_NODE_ID)."),
-    log_level: str = typer.Option("warning", help="uvicorn log level."),
+    log_level: str = typer.Option("warning", help="HTTP server log level."),
+    server: str = typer.Option(None, help="uvicorn or granian (RAILFLOW_SERVER)."),
 ) -> None:
     """Start a node. With no settings: embedded (file log, single node, RocksDB run store,
     local checkpoints under ./.railflow), preloaded with the W3 demo workflow and W1 metrics."""
-    import uvicorn
-
-    from runner.api.app import create_app
     from runner.service import Service
     from runner.settings import Settings
 
-    overrides = {k: v for k, v in (("host", host), ("port", port), ("node_id", node_id))
-                 if v is not None}
+    overrides = {k: v for k, v in (("host", host), ("port", port), ("node_id", node_id),
+                                   ("server", server)) if v is not None}
     settings = Settings(**overrides)
     service = Service(settings)
     key, password, key_file = demo_credentials(settings.data_dir, service.auth)
@@ -81,8 +79,30 @@ def serve(
                       "the API serves without it")
     console.print("  try:")
     console.print("    " + CURL.format(url=url, key_file=key_file), soft_wrap=True, markup=False)
-    uvicorn.run(create_app(service), host=settings.host, port=settings.port,
-                log_level=log_level, access_log=False)
+    _serve_http(service, settings, overrides, log_level)
+
+
+def _serve_http(service, settings, overrides: dict, log_level: str) -> None:
+    """Serve the node's API on one event loop: uvicorn (httptools, uvloop) in this process, or
+    granian's Rust HTTP server with one worker process that builds the node from the
+    environment (so the options given here travel as ``RAILFLOW_*`` variables)."""
+    if settings.server == "granian":
+        import os
+
+        from granian import Granian
+        from granian.constants import Interfaces, Loops
+
+        os.environ.update({f"RAILFLOW_{k.upper()}": str(v) for k, v in overrides.items()})
+        Granian("runner.api.app:app_from_env", factory=True, address=settings.host,
+                port=settings.port, interface=Interfaces.ASGI, workers=1, loop=Loops.uvloop,
+                websockets=False, log_level=log_level, log_access=False).serve()
+        return
+    import uvicorn
+
+    from runner.api.app import create_app
+
+    uvicorn.run(create_app(service), host=settings.host, port=settings.port, http="httptools",
+                loop="uvloop", log_level=log_level, access_log=False)
 
 
 @demo_app.command("traffic")

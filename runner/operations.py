@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 import workflows
+from runner import limits
 from runner.errors import NotFound, RequestInvalid
 from runner.runstore.base import RunRecord
 from runner.service import Service
@@ -26,8 +27,9 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-async def _apply(svc: Service, kind: str, payload: dict) -> Any:
-    applied = await svc.submit(kind, payload)
+async def _apply(svc: Service, kind: str, payload: dict, raw: bytes | None = None) -> Any:
+    """Append ``payload`` (already encoded as ``raw``, when given) and wait until applied."""
+    applied = await svc.submit(kind, payload, raw=raw)
     reply = svc.reply_of(applied)
     if not reply.ok:
         status = (reply.result or {}).get("status", 422)
@@ -35,6 +37,24 @@ async def _apply(svc: Service, kind: str, payload: dict) -> Any:
             raise NotFound(reply.field or "payload", reply.error or "not found")
         raise RequestInvalid(reply.field or "payload", reply.error or "rejected", status)
     return applied, reply
+
+
+def _encode(payload: dict) -> bytes:
+    """The entry payload; a value JSON cannot carry (a lone surrogate, an integer beyond 64
+    bits) is refused naming its field."""
+    try:
+        return entries.encode(payload)
+    except TypeError as exc:
+        field = next((k for k, v in payload.items() if not _encodable(v)), "")
+        raise RequestInvalid(field, f"not encodable as JSON: {exc}") from None
+
+
+def _encodable(value: Any) -> bool:
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _read(svc: Service, fn, *args):
@@ -46,11 +66,17 @@ def _read(svc: Service, fn, *args):
 
 
 # ---------------------------------------------------------------- events and runs
-async def receive_event(svc: Service, event: dict, deadline_ms: int | None) -> dict:
+async def receive_event(svc: Service, event: dict, deadline_ms: int | None,
+                        payload: bytes | None = None) -> dict:
+    """``event`` is a validated ``EventIn``; ``payload`` its entry encoding, when the caller
+    has it already (the hot path encodes once)."""
     s = svc.settings
     deadline_ms = min(deadline_ms or s.request_deadline_ms_default, s.request_deadline_ms_max)
     deadline_at = _now_ms() + deadline_ms
-    _, reply = await _apply(svc, entries.EVENT_RECEIVED, event)
+    if payload is None:
+        payload = _encode(event)
+    limits.check_event(event["event_id"], event["data"], payload)
+    _, reply = await _apply(svc, entries.EVENT_RECEIVED, event, payload)
     runs = await svc.wait_runs(reply.runs, deadline_at)
     svc.telemetry.count_decisions(runs)
     svc.telemetry.event_latency.observe((_now_ms() - deadline_at + deadline_ms) / 1000)
@@ -93,9 +119,16 @@ def view_of_record(r: RunRecord) -> dict:
             "updated_ts": r.updated_ts}
 
 
-async def app_completed(svc: Service, run_id: str, node_id: str, result: dict) -> dict:
-    _, reply = await _apply(svc, entries.APP_COMPLETED,
-                            {"run_id": run_id, "node_id": node_id, "result": result})
+async def app_completed(svc: Service, run_id: str, node_id: str, result: dict,
+                        raw: bytes | None = None) -> dict:
+    """``raw``: the entry payload already encoded (the hot path encodes once)."""
+    payload = {"run_id": run_id, "node_id": node_id, "result": result}
+    raw = _encode(payload) if raw is None else raw
+    if len(raw) > limits.event_bytes_max:
+        raise RequestInvalid("result", f"encodes to {len(raw)} bytes, more than "
+                                       f"{limits.event_bytes_max}", 413)
+    limits.check_fields(result, "result")
+    _, reply = await _apply(svc, entries.APP_COMPLETED, payload, raw)
     return reply.runs[0]
 
 

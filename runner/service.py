@@ -142,8 +142,11 @@ class Service:
                 (time.perf_counter_ns() - started) // 1000) if not f.exception() else None)
         return fut
 
-    async def submit(self, kind: str, payload: dict, timeout_s: float | None = None) -> Applied:
-        raw = entries.encode(payload)
+    async def submit(self, kind: str, payload: dict, timeout_s: float | None = None, *,
+                     raw: bytes | None = None) -> Applied:
+        """Append ``payload`` (``raw``: its encoding, when the caller has it) and wait until
+        this node applied it."""
+        raw = entries.encode(payload) if raw is None else raw
         if len(raw) > self.settings.log_entry_bytes_max:  # the log's retention assumes it
             raise RequestInvalid("body", f"the request is {len(raw)} bytes as a log entry, over "
                                  f"{self.settings.log_entry_bytes_max}", 413)

@@ -8,17 +8,20 @@ from fastapi import FastAPI
 
 from runner import __doc__ as runner_doc
 from runner.api import console_static, errors, sift
+from runner.api.hot import HotPath
 from runner.api.routes import console, events, metrics, ops, review, workflows
 from runner.service import Service
 from runner.settings import Settings
 
 
 def create_app(service: Service | None = None, settings: Settings | None = None, *,
-               manage: bool = True) -> FastAPI:
+               manage: bool = True, hot_path: bool = True) -> FastAPI:
     """Return the Railflow HTTP application (OpenAPI at ``/docs``).
 
     With no ``service``, one is built from ``settings`` (or the environment). With ``manage``,
-    the application starts the service on startup and stops it on shutdown."""
+    the application starts the service on startup and stops it on shutdown. ``hot_path``
+    serves the order and app-callback routes through ``runner.api.hot`` (off: through their
+    FastAPI routes alone, the reference the hot path is tested against)."""
     owned = manage
     svc = service or Service(settings or Settings())
 
@@ -30,6 +33,7 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
         if owned:
             svc.stop()
 
+    hot_path = hot_path and svc.settings.hot_path
     app = FastAPI(title="Railflow", version="0.1.0", description=runner_doc or "",
                   lifespan=lifespan)
     app.state.service = svc
@@ -39,4 +43,10 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
         app.include_router(module.router)
     sift.install(app)  # the Sift-compatible door (docs/sift.md)
     console_static.install(app)
+    app.add_middleware(HotPath, service=svc, serve=hot_path)
     return app
+
+
+def app_from_env() -> FastAPI:
+    """The application of a node configured by ``RAILFLOW_*`` variables (a server's factory)."""
+    return create_app()

@@ -1,4 +1,8 @@
-"""Dependencies: the node's ``Service`` and the caller's identity (``Annotated`` aliases)."""
+"""Dependencies: the node's ``Service`` and the caller's identity (``Annotated`` aliases).
+
+They are ``async def``: FastAPI runs a plain ``def`` dependency on its threadpool, one hop per
+dependency and request; these do no blocking work (the principal comes from a cache).
+"""
 
 from __future__ import annotations
 
@@ -13,14 +17,14 @@ from runner.service import Service
 _bearer = HTTPBearer(auto_error=False, description="A client API key or a console token")
 
 
-def get_service(request: Request) -> Service:
+async def get_service(request: Request) -> Service:
     return request.app.state.service
 
 
 Svc = Annotated[Service, Depends(get_service)]
 
 
-def _principal(svc: Svc, creds: Annotated[HTTPAuthorizationCredentials | None,
+async def _principal(svc: Svc, creds: Annotated[HTTPAuthorizationCredentials | None,
                                           Depends(_bearer)]) -> Principal:
     if creds is None or not creds.credentials:
         raise HTTPException(401, "missing Authorization: Bearer <key>",
@@ -34,7 +38,7 @@ def _principal(svc: Svc, creds: Annotated[HTTPAuthorizationCredentials | None,
 def allow(*who: str):
     """Allow client keys (``"client"``) and/or console users with at least one of the roles."""
 
-    def check(p: Annotated[Principal, Depends(_principal)]) -> Principal:
+    async def check(p: Annotated[Principal, Depends(_principal)]) -> Principal:
         if p.kind == "client" and "client" in who:
             return p
         if p.kind == "user" and any(p.has_role(r) for r in who if r != "client"):

@@ -1,4 +1,8 @@
-"""Exception handlers: user errors become 4xx naming the field; log errors become 503/504/429."""
+"""Exception handlers: user errors become 4xx naming the field; log errors become 503/504/429.
+
+``render(exc)`` is the one place an error becomes a response: the handlers installed on the
+FastAPI application and the hot path (``runner.api.hot``) both use it.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +12,34 @@ from replog.errors import AppendTimeout, NotLeader, Overloaded, ReplogError
 from runner.api.responses import json_response
 from runner.errors import NotFound, RequestInvalid
 
+HANDLED = (RequestInvalid, NotFound, ReplogError)
+
 
 def _detail(field: str, message: str, kind: str) -> dict:
     loc = ["body", *field.split(".")] if field else ["body"]
     return {"detail": [{"loc": loc, "msg": message, "type": kind}]}
 
 
-def install(app: FastAPI) -> None:
-    @app.exception_handler(RequestInvalid)
-    async def invalid(_: Request, exc: RequestInvalid) -> Response:
+def render(exc: Exception) -> Response:
+    """The response for one of ``HANDLED``."""
+    if isinstance(exc, RequestInvalid):
         return json_response(_detail(exc.field, exc.message, "invalid"), status_code=exc.status)
-
-    @app.exception_handler(NotFound)
-    async def not_found(_: Request, exc: NotFound) -> Response:
+    if isinstance(exc, NotFound):
         return json_response(_detail(exc.field, exc.message, "not_found"), status_code=404)
+    status = 503
+    if isinstance(exc, AppendTimeout):
+        status = 504
+    elif isinstance(exc, Overloaded):
+        status = 429
+    body = {"detail": str(exc) or type(exc).__name__, "error": type(exc).__name__}
+    if isinstance(exc, NotLeader):
+        body["leader_url"] = exc.leader_url
+    return json_response(body, status_code=status, headers={"Retry-After": "1"})
 
-    @app.exception_handler(ReplogError)
-    async def replog_error(_: Request, exc: ReplogError) -> Response:
-        status = 503
-        if isinstance(exc, AppendTimeout):
-            status = 504
-        elif isinstance(exc, Overloaded):
-            status = 429
-        body = {"detail": str(exc) or type(exc).__name__, "error": type(exc).__name__}
-        if isinstance(exc, NotLeader):
-            body["leader_url"] = exc.leader_url
-        return json_response(body, status_code=status, headers={"Retry-After": "1"})
+
+def install(app: FastAPI) -> None:
+    async def handler(_: Request, exc: Exception) -> Response:
+        return render(exc)
+
+    for kind in HANDLED:
+        app.add_exception_handler(kind, handler)

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
+from runner.runstore import keys
+
 if TYPE_CHECKING:
     from runner.settings import Settings
 
@@ -48,7 +50,10 @@ class RunRecord:
 
     def index_values(self) -> list[tuple[str, str]]:
         pairs = [("order", self.order_id), ("card", self.card), ("customer", self.customer)]
-        return [(k, v) for k, v in pairs if v and "/" not in v and len(v) <= 512]
+        # In bytes, as ``keys.index_prefix`` checks: a value it refuses would fail the whole
+        # batch for ever (the API refuses such events; this keeps older logs writable).
+        return [(k, v) for k, v in pairs
+                if v and "/" not in v and len(v.encode()) <= keys.value_bytes_max]
 
     def to_json(self) -> bytes:
         return orjson.dumps(asdict(self))

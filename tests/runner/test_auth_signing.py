@@ -5,7 +5,7 @@ import random
 import httpx
 import pytest
 
-from runner import signing, webhooks
+from runner import auth, signing, webhooks
 from runner.auth import AuthStore
 from runner.scoring import demo_score
 
@@ -29,6 +29,23 @@ def test_console_roles_and_tokens(tmp_path):
     assert store.principal(forged) is None
     expired = store.issue_token("ann", "admin", now_s=0)
     assert store.principal(expired) is None
+
+
+def test_principals_are_cached_by_digest_and_tokens_expire_from_the_cache(tmp_path):
+    store = AuthStore(tmp_path / "auth.json", "s")
+    key = store.create_key("client-a")
+    first = store.principal(key)
+    assert first.kind == "client" and store.principal(key) is first  # served from the cache
+    assert key not in repr(store._cache) and store.principal(key + "x") is None
+    assert len(store._cache) == 1  # unknown bearers are not cached
+    store.create_user("ann", "pw", "analyst")
+    assert store._cache == {}  # a new key or user starts the cache over
+    token = store.issue_token("ann", "analyst", now_s=1_000)
+    exp = 1_000 + auth.token_ttl_s
+    assert store.principal(token, now_s=exp - 1).name == "ann"
+    assert store.principal(token, now_s=exp + 1) is None  # cached, yet expired
+    other = AuthStore(None, "other-secret")
+    assert other.principal(token, now_s=1_001) is None
 
 
 def test_signature_round_trip_and_tamper():
