@@ -18,6 +18,8 @@ from runner.state.machine import event_bytes_max
 # Whitespace and escapes: a body may be larger than the entry it encodes to, but not by much.
 event_body_bytes_max = 2 * event_bytes_max
 request_bytes_max = 1024 * 1024  # any other body (a workflow definition is the largest)
+# A follower forwards an entry base64-encoded in JSON: 4/3 of it, plus a little.
+forwarded_bytes_max = 2 * request_bytes_max
 key_bytes_max = 256  # a field name of an event or an app result, at any depth
 value_bytes_max = 16 * 1024  # one string value of an event or an app result
 depth_max = 16  # nested objects and lists; deeper input is refused, not walked
@@ -26,7 +28,9 @@ INDEXED_FIELDS = ("order_id", "card", "customer")
 
 
 def body_bytes_max(path: str) -> int:
-    return event_body_bytes_max if path == "/v1/events" else request_bytes_max
+    if path == "/v1/events":
+        return event_body_bytes_max
+    return forwarded_bytes_max if path.startswith("/internal/") else request_bytes_max
 
 
 def check_event(event_id: str, data: dict[str, Any], payload: bytes) -> None:
