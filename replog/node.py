@@ -244,14 +244,18 @@ class Node:
     def _process(self, entry: Entry) -> None:
         with self._lock:
             step = self.core.begin(entry)
-        self._applied = self.core.applied_offset  # readers see it before acks go out
-        self._resolve(step.completions)
         if step.resign:
             log.warning("%s gives up leadership: the log holds a newer writer", self.node_id)
             threading.Thread(target=self.election.resign, daemon=True).start()
-        if not step.apply:
+        if not step.apply:  # skipped (fenced or redelivered): processed as it is
+            self._applied = self.core.applied_offset
+            self._resolve(step.completions)
             return
+        self._resolve(step.completions)
         effects = self.sm.apply(step.entry)
+        # Published only once applied (a reader never sees an offset whose entry is not in the
+        # state), and before acks go out (a client that got its answer reads its own write).
+        self._applied = step.entry.offset
         with self._lock:
             completions = self.core.finish(step, effects)
             if self.core.has_batch():

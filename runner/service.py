@@ -65,6 +65,8 @@ class Service:
         # The metrics engine's files are part of the state: rebuilt from a checkpoint + the log.
         shutil.rmtree(s.node_dir / "metrics", ignore_errors=True)
         self.sm = RunnerStateMachine(s.node_dir)
+        self.sm.rejections.listener = lambda r: self.telemetry.entries_rejected.labels(
+            r.kind, r.reason).inc()
         store = checkpoints.store_from_url(s.effective_checkpoint_url)
         # Only manifests signed with the cluster's key are trusted: restoring reads engine
         # state that is not safe to load from anyone else.

@@ -33,6 +33,9 @@ class Telemetry:
             "railflow_replica_digest_mismatches",
             "Checkpoint offsets where this node's state digest differs from the stored one",
             registry=r)
+        self.entries_rejected = Counter(
+            "railflow_entries_rejected", "Log entries apply rejected, by kind and reason "
+            "(invalid: a 4xx; internal: a bug caught by apply)", ["kind", "reason"], registry=r)
         self.store_backlog = Gauge("railflow_run_store_backlog", "Runs queued for the store",
                                    registry=r)
 

@@ -7,6 +7,7 @@ FastAPI application and the hot path (``runner.api.hot``) both use it.
 from __future__ import annotations
 
 from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
 
 from replog.errors import AppendTimeout, NotLeader, Overloaded, ReplogError
 from runner.api.responses import json_response
@@ -43,3 +44,12 @@ def install(app: FastAPI) -> None:
 
     for kind in HANDLED:
         app.add_exception_handler(kind, handler)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation(_: Request, exc: RequestValidationError) -> Response:
+        # FastAPI's own handler echoes the input, which may hold NaN (not JSON: a 500) or
+        # megabytes; the location and message name the field without it.
+        detail = [{"loc": [p if isinstance(p, int) else str(p) for p in e.get("loc", ())],
+                   "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+                  for e in exc.errors()]
+        return json_response({"detail": detail}, status_code=422)

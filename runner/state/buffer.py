@@ -2,7 +2,8 @@
 
 One small DuckDB statement costs 0.1-3 ms (far more on a loaded machine); several per order is
 too slow for the hot path, and even one bulk flush per few hundred orders would stall apply for
-tens of milliseconds. So apply only appends rows to the current *generation*; a full
+tens of milliseconds. So apply only appends rows to the current *generation* (each entry's
+rows are staged apart and absorbed once it applied, so a rejected entry leaves none); a full
 generation is handed to a flusher thread that inserts it (one statement per table, in
 generation order so a later version of a run always wins). The buffer is part of the logical
 state: before any query of these tables, snapshot or digest, the apply thread calls
@@ -55,6 +56,14 @@ class _Generation:
         return (len(self.runs) + len(self.steps) + len(self.seen) + len(self.tasks)
                 + len(self.outbox) + len(self.stored) + len(self.outbox_done))
 
+    def put_run(self, row: tuple, view: dict) -> None:
+        """Stage-only (no lock): the latest row and view of a run."""
+        self.runs[row[0]] = row
+        self.views[row[0]] = view
+
+
+Stage = _Generation  # the rows one entry adds, merged by ``RowBuffer.absorb`` once it applied
+
 
 class RowBuffer:
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
@@ -69,14 +78,23 @@ class RowBuffer:
         self._thread.start()
 
     # ---------------------------------------------------------------- apply thread
-    def put_run(self, row: tuple, view: dict) -> None:
+    def absorb(self, stage: Stage) -> None:
+        """Add the rows of one applied entry (built apart, so a rejected entry adds none)."""
         gen = self.current
         with self._lock:
-            run_id = row[0]
-            if run_id not in gen.runs:
-                gen.event_runs.setdefault(row[1], []).append(run_id)
-            gen.runs[run_id] = row
-            gen.views[run_id] = view
+            for run_id, row in stage.runs.items():
+                if run_id not in gen.runs:
+                    gen.event_runs.setdefault(row[1], []).append(run_id)
+                gen.runs[run_id] = row
+                gen.views[run_id] = stage.views[run_id]
+            gen.steps += stage.steps
+            gen.seen += stage.seen
+            gen.decisions.update(stage.decisions)
+            gen.tasks += stage.tasks
+            gen.outbox += stage.outbox
+            for run_id, offset in stage.stored.items():
+                gen.stored[run_id] = max(offset, gen.stored.get(run_id, -1))
+            gen.outbox_done += stage.outbox_done
 
     def maybe_hand_off(self) -> None:
         if self.current.rows() >= handoff_rows_max:

@@ -16,8 +16,8 @@ import orjson
 
 from runner import ids
 from runner.errors import InvariantViolation
-from runner.state import entries, flows, schema, snapshot
-from runner.state.buffer import RowBuffer
+from runner.state import entries, flows, inputs, rejections, schema, snapshot
+from runner.state.buffer import RowBuffer, Stage
 from runner.state.effects import (
     CallApp,
     EnqueueReview,
@@ -26,6 +26,9 @@ from runner.state.effects import (
     SendWebhook,
     StoreRun,
 )
+from runner.state.rejections import LOCAL_FAILURES, Rejected
+
+__all__ = ["Rejected", "RunnerStateMachine"]
 
 steps_per_run_max = 64
 expired_per_tick_max = 5_000
@@ -36,14 +39,6 @@ STREAM_OF_TYPE = {"order": "payments"}  # event type -> metric stream (default: 
 RUN_COLUMNS = ("run_id, event_id, event_type, workflow_id, version, state, node_id, decision, "
                "started_ts, updated_ts, offset_, stored_offset, event, metrics, scores, apps, "
                "waiting_for")
-
-
-class Rejected(Exception):
-    """The entry is well-formed but cannot be applied; the request gets a 4xx naming ``field``."""
-
-    def __init__(self, field: str, message: str, status: int = 422) -> None:
-        super().__init__(message)
-        self.field, self.message, self.status = field, message, status
 
 
 def stream_of(event_type: str) -> str:
@@ -69,6 +64,10 @@ class RunnerStateMachine:
         self._buffer = RowBuffer(self.con)
         self._seen: dict[str, int] = {}  # every event id -> offset (dedup without a query)
         self._has_metrics = False
+        self._metric_texts: dict[str, str] = {}  # name -> definition
+        self._fields_read: dict[str, frozenset[str]] = {}  # stream -> fields its metrics read
+        self._stage = Stage()
+        self.rejections = rejections.RejectionLog()
         self._handlers = {
             entries.EVENT_RECEIVED: self._event_received,
             entries.APP_COMPLETED: self._app_completed,
@@ -100,21 +99,21 @@ class RunnerStateMachine:
             self.flush()  # the handler may query or update any row
             self.con.execute("BEGIN TRANSACTION")
         self._tasks_touched = False
+        self._stage = Stage()  # this entry's rows: absorbed only if it applies
         try:
             effects = handler(entry, entries.decode(entry.payload, entry.kind))
             if not hot:
                 self.con.execute("COMMIT")
-        except (Rejected, ValueError, KeyError) as exc:
-            if not hot:
-                self.con.execute("ROLLBACK")
-            field = getattr(exc, "field", "payload")
-            status = getattr(exc, "status", 422)
-            effects = [Reply(ok=False, error=getattr(exc, "message", str(exc)), field=field,
-                             result={"status": status})]
-        except BaseException:
+        except LOCAL_FAILURES:  # this node's environment failed, not the entry: stop here
             if not hot:
                 self.con.execute("ROLLBACK")
             raise
+        except Exception as exc:  # noqa: BLE001 - a rejection, or a bug: never stops the log
+            if not hot:
+                self.con.execute("ROLLBACK")
+            effects = [self._reject(entry, exc)]
+        else:
+            self._commit_stage()
         self._applied = entry.offset
         if not hot:
             self.flush()
@@ -123,6 +122,22 @@ class RunnerStateMachine:
         else:
             self._buffer.maybe_hand_off()
         return effects
+
+    def _commit_stage(self) -> None:
+        stage = self._stage
+        for event_id, _, offset, _ in stage.seen:
+            self._seen[event_id] = offset
+        self._buffer.absorb(stage)
+
+    def _reject(self, entry: Any, exc: Exception) -> Reply:
+        """The same rejection on every replica; anything but ``Rejected`` is a bug, recorded."""
+        reason = "invalid" if isinstance(exc, Rejected) else "internal"
+        rejected = exc if isinstance(exc, Rejected) else rejections.internal(exc)
+        self.rejections.record(rejections.Rejection(
+            entry.offset, entry.kind, entry.ts, rejected.field, rejected.status,
+            rejected.message, reason))
+        return Reply(ok=False, error=rejected.message, field=rejected.field,
+                     result={"status": rejected.status})
 
     def flush(self) -> None:
         """Move buffered rows into DuckDB (apply thread only)."""
@@ -143,7 +158,8 @@ class RunnerStateMachine:
         self._applied = snapshot.restore(self.con, self.engine, Path(directory))
         self._rebuild_active()
         self._seen = dict(self.con.execute("SELECT event_id, offset_ FROM events_seen").fetchall())
-        self._has_metrics = bool(self._known_metrics())
+        self._metrics_changed(dict(self.con.execute(
+            "SELECT name, text FROM metric_defs ORDER BY name").fetchall()))
 
     def digest(self) -> str:
         self.flush()
@@ -175,9 +191,11 @@ class RunnerStateMachine:
                     f"SELECT {RUN_COLUMNS} FROM runs WHERE event_id = ? ORDER BY run_id",
                     [event_id]).fetchall()]
             return [Reply(ok=True, runs=runs, result={"duplicate": True, "offset": seen})]
-        self._seen[event_id] = entry.offset
-        self._buffer.current.seen.append((event_id, etype, entry.offset, entry.ts))
+        # All or nothing: whatever can refuse the event runs before anything changes; the
+        # engine is fed only once the event passed, the runs are staged, and the event counts
+        # as seen only when the stage is absorbed (a rejected event can be sent again).
         metric_values = self._ingest(etype, data, entry.ts)
+        self._stage.seen.append((event_id, etype, entry.offset, entry.ts))
         event = {"event_id": event_id, "type": etype, "ts": p.get("ts"), "data": data}
         effects: list[Any] = []
         views = []
@@ -202,8 +220,14 @@ class RunnerStateMachine:
     def _ingest(self, etype: str, data: dict, ts: int) -> dict[str, Any]:
         if not self._has_metrics:
             return {}
-        values = self.engine.ingest(stream_of(etype), data, ts)
-        return {k: values[k] for k in sorted(values)}
+        stream = stream_of(etype)
+        inputs.check(self._fields_read.get(stream, frozenset()), data)
+        return inputs.ingest(self.engine, stream, data, ts)
+
+    def _metrics_changed(self, texts: dict[str, str]) -> None:
+        self._metric_texts = texts
+        self._fields_read = inputs.fields_read(texts)
+        self._has_metrics = bool(texts)
 
     # ----------------------------------------------------------------- the walk
     def _walk(self, run: dict, compiled: Any, entry: Any) -> list[Any]:
@@ -233,7 +257,7 @@ class RunnerStateMachine:
             node = run["node_id"] = result.next_node_id
             if result.decision is not None:
                 run["state"], run["decision"] = "decided", result.decision.action
-                self._buffer.current.decisions[run["run_id"]] = (
+                self._stage.decisions[run["run_id"]] = (
                     run["run_id"], result.decision.action, entry.ts, entry.offset)
                 return effects
         raise InvariantViolation(f"run {run['run_id']} exceeded {steps_per_run_max} steps")
@@ -243,7 +267,7 @@ class RunnerStateMachine:
         step = result.to_dict()
         step["seq"], step["ts"] = seq, ts
         run["path"].append(step)
-        self._buffer.current.steps.append((run["run_id"], seq, result.node_id, result.node_kind,
+        self._stage.steps.append((run["run_id"], seq, result.node_id, result.node_kind,
                                    result.edge_id, result.next_node_id,
                                    orjson.dumps(step).decode(), ts))
 
@@ -251,7 +275,7 @@ class RunnerStateMachine:
         self._tasks_touched = True
         deadline = entry.ts + info.timeout_ms
         kind = "review" if info.kind == "review_queue" else "app"
-        self._buffer.current.tasks.append(
+        self._stage.tasks.append(
             (run["run_id"], node, kind, info.queue, "pending", deadline, entry.ts, None, None))
         if kind == "review":
             return EnqueueReview(run["run_id"], node, info.queue or "default")
@@ -269,7 +293,7 @@ class RunnerStateMachine:
         payload = {"run_id": run["run_id"], "node_id": node, "event": run["event"],
                    "workflow_id": run["workflow_id"], "version": run["version"],
                    "scores": run["scores"], "path": [s["node_id"] for s in run["path"]]}
-        self._buffer.current.outbox.append(
+        self._stage.outbox.append(
             (effect_id, "webhook", run["run_id"],
              orjson.dumps({"url": info.url, "secret_ref": info.secret_ref,
                            "payload": payload}).decode(), False))
@@ -426,7 +450,7 @@ class RunnerStateMachine:
         for name in names:
             self.con.execute("INSERT OR REPLACE INTO metric_defs VALUES (?, ?, ?)",
                              [name, text, entry.ts])
-        self._has_metrics = True
+        self._metrics_changed({**self._metric_texts, **dict.fromkeys(names, text)})
         return [Reply(ok=True, result={"names": list(names)})]
 
     def _metric_dropped(self, entry: Any, p: dict) -> list[Any]:
@@ -439,7 +463,7 @@ class RunnerStateMachine:
             raise Rejected("name", f"metric {name} is used by workflows {users}", 409)
         self.engine.drop(name)
         self.con.execute("DELETE FROM metric_defs WHERE name = ?", [name])
-        self._has_metrics = bool(self._known_metrics())
+        self._metrics_changed({n: t for n, t in self._metric_texts.items() if n != name})
         return [Reply(ok=True, result={"dropped": name})]
 
     # ----------------------------------------------------------------- rows
@@ -463,7 +487,7 @@ class RunnerStateMachine:
                                                                  version, None))
 
     def _save_run(self, run: dict, view: dict) -> None:
-        self._buffer.put_run(
+        self._stage.put_run(
             (run["run_id"], run["event_id"], run["event_type"], run["workflow_id"],
              run["version"], run["state"], run["node_id"], run["decision"], run["started_ts"],
              run["updated_ts"], run["offset"], run["stored_offset"],

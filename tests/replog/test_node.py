@@ -182,3 +182,44 @@ def test_snapshot_view_is_consistent_while_apply_continues(tmp_path: pathlib.Pat
     restored = DuckKV()
     restored.restore(tmp_path)
     assert restored.digest() == digest and restored.applied_offset == 99
+
+
+class _Probe(DictKV):
+    """Records what the node publishes as applied while each entry is being applied."""
+
+    def __init__(self, fail_key: str | None = None) -> None:
+        super().__init__()
+        self.node: Node | None = None
+        self.seen_while_applying: list[tuple[int, int]] = []
+        self.fail_key = fail_key
+
+    def apply(self, entry: Entry):
+        assert self.node is not None
+        self.seen_while_applying.append((entry.offset, self.node.applied_offset))
+        if self.fail_key is not None and entry.kind == ops.KIND and \
+                ops.decode(entry.payload)["key"] == self.fail_key:
+            raise OSError("disk gone")  # a local failure: the node must stop
+        return super().apply(entry)
+
+
+def test_applied_offset_is_published_only_after_the_entry_is_applied(tmp_path: pathlib.Path):
+    probe = _Probe(fail_key="boom")
+    node = Node(probe, FileLog(tmp_path / "log"), SingleNodeElection(1), node_id="n",
+                advertise_url="file://n")
+    probe.node = node
+    node.start()
+    try:
+        assert wait_for(lambda: node.is_leader)
+        for i in range(5):
+            applied = node.submit(ops.KIND, ops.put(f"k{i}", i), 5).result(WAIT_S)
+            assert node.applied_offset >= applied.offset
+        assert probe.seen_while_applying
+        assert all(published < offset for offset, published in probe.seen_while_applying)
+        before = node.applied_offset
+        failed = node.submit(ops.KIND, ops.put("boom", 1), 5)
+        with pytest.raises(Exception):  # noqa: B017 - the node stops; the request fails
+            failed.result(WAIT_S)
+        assert wait_for(lambda: node.failure is not None)
+        assert node.applied_offset == before  # the entry that failed is not published
+    finally:
+        node.stop()

@@ -28,8 +28,8 @@ class Log:
     def apply(self, kind: str, payload: dict, ts: int = T0) -> list:
         entry = Entry(next(self.offsets), 1, ts, kind, entries.encode(payload))
         self.history.append(entry)
-        results = [m.apply(entry) for m in self.machines]
-        return results[0]
+        self.results = [m.apply(entry) for m in self.machines]
+        return self.results[0]
 
 
 def reply(effects: list) -> Reply:
@@ -241,3 +241,95 @@ def test_snapshot_digest_with_the_real_engine_is_the_captured_state(tmp_path):
     assert c.digest() == b.digest()
     for m in (a, b, c):
         m.close()
+
+
+# --------------------------------------------------------------------- poison entries, atomicity
+def engine_positions(m: RunnerStateMachine) -> dict:
+    return m.engine.positions()
+
+
+def test_an_object_as_a_group_key_is_rejected_by_apply_on_every_replica(tmp_path):
+    """Issue 15: ``"card": {"x": 1}`` used to raise inside the engine and stop the log."""
+    a, b = RunnerStateMachine(tmp_path / "a"), RunnerStateMachine(tmp_path / "b")
+    log = Log(a, b)
+    setup_w3(log)
+    log.apply(entries.EVENT_RECEIVED, order("o-0"))
+    before = (a.digest(), b.digest(), engine_positions(a))
+    log.apply(entries.EVENT_RECEIVED, order("o-bad", card={"x": 1}))
+    bad, bad_b = (reply(r) for r in log.results)
+    assert bad == bad_b
+    assert not bad.ok and bad.field == "data.card" and bad.result["status"] == 422
+    assert (a.digest(), b.digest(), engine_positions(a)) == before  # nothing changed
+    assert a.rejections.recent()[0]["field"] == "data.card"
+    assert b.rejections.counts[(entries.EVENT_RECEIVED, "invalid")] == 1
+    # the same event id sent again with good data is applied, not a duplicate without runs
+    retry = reply(log.apply(entries.EVENT_RECEIVED, order("o-bad")))
+    assert retry.ok and not retry.result["duplicate"] and retry.runs[0]["decision"] == "approve"
+    assert a.digest() == b.digest() != before[0]
+    for m in (a, b):
+        m.close()
+
+
+@pytest.mark.parametrize("field", ["card", "merchant", "amount"])
+@pytest.mark.parametrize("value", [{"x": 1}, [1, 2], [], {}])
+def test_every_field_a_metric_reads_must_be_a_scalar(machine, field, value):
+    log = Log(machine)
+    setup_w3(log)
+    before = machine.digest()
+    bad = reply(log.apply(entries.EVENT_RECEIVED, order("o-1", **{field: value})))
+    assert not bad.ok and bad.field == f"data.{field}"
+    assert machine.digest() == before
+    # a field no metric reads may hold anything JSON
+    ok = reply(log.apply(entries.EVENT_RECEIVED, order("o-2", notes={"deep": [{"x": [1]}]})))
+    assert ok.ok and ok.runs[0]["state"] == "decided"
+
+
+def test_an_unexpected_exception_in_apply_rejects_the_entry_and_the_log_goes_on(tmp_path,
+                                                                                 monkeypatch):
+    a = RunnerStateMachine(tmp_path / "a", engine=BruteForceW1Engine())
+    b = RunnerStateMachine(tmp_path / "b", engine=BruteForceW1Engine())
+    log = Log(a, b)
+    setup_w3(log)
+    before = a.digest()
+    from runner.state import inputs
+
+    real_check = inputs.check
+
+    def buggy(fields, data):  # a bug that only some inputs reach, before anything changed
+        if data.get("card") == "boom":
+            raise ZeroDivisionError("division by zero")
+        return real_check(fields, data)
+
+    monkeypatch.setattr(inputs, "check", buggy)
+    bad = reply(log.apply(entries.EVENT_RECEIVED, order("o-boom", card="boom")))
+    assert not bad.ok and bad.result["status"] == 422 and "ZeroDivisionError" in bad.error
+    assert a.digest() == b.digest() == before
+    for m in (a, b):
+        (rec,) = m.rejections.recent()
+        assert rec["reason"] == "internal" and rec["kind"] == entries.EVENT_RECEIVED
+    good = reply(log.apply(entries.EVENT_RECEIVED, order("o-next")))
+    assert good.ok and good.runs[0]["decision"] == "approve"
+    assert a.digest() == b.digest()
+    for m in (a, b):
+        m.close()
+
+
+def test_a_rejected_non_event_entry_rolls_back_its_rows(machine, monkeypatch):
+    log = Log(machine)
+    setup_w3(log)
+    (run,) = reply(log.apply(entries.EVENT_RECEIVED, review_order("o-r"))).runs
+    before = machine.digest()
+    from runner.state import flows
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("bug in the walk")
+
+    monkeypatch.setattr(flows, "step", broken)
+    bad = reply(log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
+                                                  "result": {"outcome": "accept"}}))
+    assert not bad.ok and "bug in the walk" in bad.error
+    assert machine.digest() == before  # the task is still pending, no step was added
+    monkeypatch.undo()
+    done = log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
+                                             "result": {"outcome": "accept"}})
+    assert next(e for e in done if isinstance(e, RunChanged)).run["decision"] == "approve"

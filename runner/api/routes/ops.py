@@ -10,7 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from replog.errors import ReplogError
 from runner import forwarder, signing
 from runner import operations as ops
-from runner.api.deps import Svc
+from runner.api.deps import Admin, Svc
 from runner.api.models import HealthPublic, ScorePublic, ScoreRequest, TokenPublic, TokenRequest
 from runner.scoring import demo_score
 
@@ -86,3 +86,12 @@ def round_trip(svc: Svc):
     hist = svc.round_trip.take()
     return {"node_id": svc.settings.node_id, "count": hist.get_total_count(),
             "hdr": hist.encode().decode()}
+
+
+@router.get("/internal/v1/rejections", include_in_schema=False)
+def rejections(svc: Svc, _: Admin, limit: int = 100):
+    """The entries this node's apply rejected, newest first (the same on every replica)."""
+    log = svc.sm.rejections
+    counts = [{"kind": k, "reason": r, "count": n} for (k, r), n in sorted(log.counts.items())]
+    return {"node_id": svc.settings.node_id, "counts": counts,
+            "recent": log.recent(max(1, min(limit, 1000)))}
