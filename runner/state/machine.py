@@ -64,8 +64,6 @@ class RunnerStateMachine:
         self._buffer = RowBuffer(self.con)
         self._seen: dict[str, int] = {}  # every event id -> offset (dedup without a query)
         self._has_metrics = False
-        self._metric_texts: dict[str, str] = {}  # name -> definition
-        self._fields_read: dict[str, frozenset[str]] = {}  # stream -> fields its metrics read
         self._stage = Stage()
         self.rejections = rejections.RejectionLog()
         self._handlers = {
@@ -158,8 +156,7 @@ class RunnerStateMachine:
         self._applied = snapshot.restore(self.con, self.engine, Path(directory))
         self._rebuild_active()
         self._seen = dict(self.con.execute("SELECT event_id, offset_ FROM events_seen").fetchall())
-        self._metrics_changed(dict(self.con.execute(
-            "SELECT name, text FROM metric_defs ORDER BY name").fetchall()))
+        self._has_metrics = bool(self._known_metrics())
 
     def digest(self) -> str:
         self.flush()
@@ -220,14 +217,7 @@ class RunnerStateMachine:
     def _ingest(self, etype: str, data: dict, ts: int) -> dict[str, Any]:
         if not self._has_metrics:
             return {}
-        stream = stream_of(etype)
-        inputs.check(self._fields_read.get(stream, frozenset()), data)
-        return inputs.ingest(self.engine, stream, data, ts)
-
-    def _metrics_changed(self, texts: dict[str, str]) -> None:
-        self._metric_texts = texts
-        self._fields_read = inputs.fields_read(texts)
-        self._has_metrics = bool(texts)
+        return inputs.ingest(self.engine, stream_of(etype), data, ts)
 
     # ----------------------------------------------------------------- the walk
     def _walk(self, run: dict, compiled: Any, entry: Any) -> list[Any]:
@@ -450,7 +440,7 @@ class RunnerStateMachine:
         for name in names:
             self.con.execute("INSERT OR REPLACE INTO metric_defs VALUES (?, ?, ?)",
                              [name, text, entry.ts])
-        self._metrics_changed({**self._metric_texts, **dict.fromkeys(names, text)})
+        self._has_metrics = True
         return [Reply(ok=True, result={"names": list(names)})]
 
     def _metric_dropped(self, entry: Any, p: dict) -> list[Any]:
@@ -463,7 +453,7 @@ class RunnerStateMachine:
             raise Rejected("name", f"metric {name} is used by workflows {users}", 409)
         self.engine.drop(name)
         self.con.execute("DELETE FROM metric_defs WHERE name = ?", [name])
-        self._metrics_changed({n: t for n, t in self._metric_texts.items() if n != name})
+        self._has_metrics = bool(self._known_metrics())
         return [Reply(ok=True, result={"dropped": name})]
 
     # ----------------------------------------------------------------- rows

@@ -272,7 +272,8 @@ def test_an_object_as_a_group_key_is_rejected_by_apply_on_every_replica(tmp_path
 
 @pytest.mark.parametrize("field", ["card", "merchant", "amount"])
 @pytest.mark.parametrize("value", [{"x": 1}, [1, 2], [], {}])
-def test_every_field_a_metric_reads_must_be_a_scalar(machine, field, value):
+def test_every_field_a_metric_reads_must_be_a_scalar(tmp_path, field, value):
+    machine = RunnerStateMachine(tmp_path / "real")  # the real engine checks its inputs
     log = Log(machine)
     setup_w3(log)
     before = machine.digest()
@@ -282,6 +283,7 @@ def test_every_field_a_metric_reads_must_be_a_scalar(machine, field, value):
     # a field no metric reads may hold anything JSON
     ok = reply(log.apply(entries.EVENT_RECEIVED, order("o-2", notes={"deep": [{"x": [1]}]})))
     assert ok.ok and ok.runs[0]["state"] == "decided"
+    machine.close()
 
 
 def test_an_unexpected_exception_in_apply_rejects_the_entry_and_the_log_goes_on(tmp_path,
@@ -293,14 +295,14 @@ def test_an_unexpected_exception_in_apply_rejects_the_entry_and_the_log_goes_on(
     before = a.digest()
     from runner.state import inputs
 
-    real_check = inputs.check
+    real_ingest = inputs.ingest
 
-    def buggy(fields, data):  # a bug that only some inputs reach, before anything changed
+    def buggy(engine, stream, data, ts):  # a bug only some inputs reach, before any change
         if data.get("card") == "boom":
             raise ZeroDivisionError("division by zero")
-        return real_check(fields, data)
+        return real_ingest(engine, stream, data, ts)
 
-    monkeypatch.setattr(inputs, "check", buggy)
+    monkeypatch.setattr(inputs, "ingest", buggy)
     bad = reply(log.apply(entries.EVENT_RECEIVED, order("o-boom", card="boom")))
     assert not bad.ok and bad.result["status"] == 422 and "ZeroDivisionError" in bad.error
     assert a.digest() == b.digest() == before

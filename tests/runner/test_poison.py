@@ -69,18 +69,23 @@ def admin(client: TestClient) -> dict:
     return {"Authorization": f"Bearer {r.json()['access_token']}"}
 
 
-def replay(log_path: Path, into: Path) -> RunnerStateMachine:
-    """A replica: a fresh state machine fed every entry of the log, as a follower would be."""
-    sm = RunnerStateMachine(into)
-    log = FileLog(log_path, fsync=False)
+def read_log(log: FileLog) -> list[Entry]:
+    """Every entry of the node's file log so far (the node may append more meanwhile)."""
     reader = log.open_reader(0)
+    out: list[Entry] = []
     try:
         while records := reader.poll(0.0, 1000):
-            for offset, data in records:
-                sm.apply(Entry.decode(data, offset))
+            out += [Entry.decode(data, offset) for offset, data in records]
     finally:
         reader.close()
-        log.close()
+    return out
+
+
+def replica(log: list[Entry], into: Path) -> RunnerStateMachine:
+    """A fresh state machine fed the same entries, as a follower would be."""
+    sm = RunnerStateMachine(into)
+    for entry in log:
+        sm.apply(entry)
     return sm
 
 
@@ -158,8 +163,8 @@ def test_generated_payloads_never_stop_the_node(node, data):
 def test_replicas_fed_the_same_log_agree_and_a_normal_order_is_decided(node, tmp_path):
     client, svc, data = node
     assert_serving(client, svc, "good-final")
-    log_path = data / "log" / "railflow.log"
-    a, b = replay(log_path, tmp_path / "a"), replay(log_path, tmp_path / "b")
+    log = read_log(svc.log)
+    a, b = replica(log, tmp_path / "a"), replica(log, tmp_path / "b")
     try:
         assert a.applied_offset == b.applied_offset >= 0
         assert a.digest() == b.digest()
