@@ -8,9 +8,12 @@ arrive open-loop at 500, 1,000 and 2,000 entries/s; each latency runs from the r
 it delays: coordinated omission corrected), recorded in an HdrHistogram after an uncounted
 warm-up.
 
-Peer, measured in the same run at the same rates: a bare confluent-kafka produce → consume
-round trip on its own topic (same producer settings, no replog, no apply) — the floor the log
-adapter sits on. Anchor: Sift reports < 10 ms p99 "with thousands of requests per second".
+Peers, measured in the same run: a bare confluent-kafka produce → consume round trip on its
+own topic with the adapter's settings (``replog.kafka.producer_config`` / ``consumer_config``;
+no replog, no apply) at the same rates — the floor the log adapter sits on; and the same bare
+round trip with librdkafka's default settings (idempotent, acks=all, nothing else) at the P2
+rate — what the one-record tuning buys. Anchor: Sift reports < 10 ms p99 "with thousands of
+requests per second".
 Target P2: p99 ≤ 5 ms at 2,000 entries/s.
 
 Usage: ``.venv/bin/python bench/replog_rtt.py [--quick] [--machine dict|duckdb]``.
@@ -38,9 +41,11 @@ from hdrh.histogram import HdrHistogram
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+
 from infra import endpoints  # noqa: E402
 from replog import Node  # noqa: E402
-from replog.kafka import KafkaLog, KafkaLogReader  # noqa: E402
+from replog.kafka import KafkaLog, KafkaLogReader, ensure_topic  # noqa: E402
 from replog.testing import ops  # noqa: E402
 from replog.testing.dictkv import DictKV  # noqa: E402
 from replog.testing.harness import free_port  # noqa: E402
@@ -120,11 +125,22 @@ def run_replog(node: Node, rate: int, seconds: float) -> dict:
     return summarize(*open_loop(rate, seconds, send))
 
 
-def run_raw_kafka(rate: int, seconds: float) -> dict:
-    """The peer: produce → consume on a bare topic, no replog."""
-    log = KafkaLog(endpoints.KAFKA_BOOTSTRAP, f"replog-bench-raw-{uuid.uuid4().hex[:8]}")
-    producer = log._producer
-    reader = KafkaLogReader(endpoints.KAFKA_BOOTSTRAP, log.topic, 0)
+def run_raw_kafka(rate: int, seconds: float, tuned: bool = True) -> dict:
+    """The peer: produce → consume on a bare topic, no replog; ``tuned=False`` leaves
+    librdkafka's defaults (bar durability: idempotent, acks=all)."""
+    topic = f"replog-bench-raw-{uuid.uuid4().hex[:8]}"
+    if tuned:
+        producer = KafkaLog(endpoints.KAFKA_BOOTSTRAP, topic)._producer
+        reader = KafkaLogReader(endpoints.KAFKA_BOOTSTRAP, topic, 0)
+    else:
+        ensure_topic(endpoints.KAFKA_BOOTSTRAP, topic)
+        producer = Producer({"bootstrap.servers": endpoints.KAFKA_BOOTSTRAP,
+                             "enable.idempotence": True, "acks": "all"})
+        reader = KafkaLogReader.__new__(KafkaLogReader)
+        reader._consumer = Consumer({"bootstrap.servers": endpoints.KAFKA_BOOTSTRAP,
+                                     "group.id": f"replog-bench-{uuid.uuid4().hex}",
+                                     "enable.auto.commit": False})
+        reader._consumer.assign([TopicPartition(topic, 0, 0)])
     waiting: dict[int, object] = {}
     lock = threading.Lock()
     stop = threading.Event()
@@ -153,7 +169,7 @@ def run_raw_kafka(rate: int, seconds: float) -> dict:
     def send(intended: int, record) -> None:
         with lock:
             waiting[intended] = lambda: record(intended)
-        producer.produce(log.topic, intended.to_bytes(8, "big") + b"x" * 60, partition=0)
+        producer.produce(topic, intended.to_bytes(8, "big") + b"x" * 60, partition=0)
 
     try:
         return summarize(*open_loop(rate, seconds, send))
@@ -237,10 +253,14 @@ def main() -> int:
     try:
         time.sleep(2.0)  # followers connected and caught up
         for rate in RATES:
-            for subject, fn in (
+            subjects = [
                 ("replog", lambda r: run_replog(node, r, seconds)),
                 ("kafka-raw", lambda r: run_raw_kafka(r, seconds)),
-            ):
+            ]
+            if rate == P2_RATE:
+                subjects.append(
+                    ("kafka-defaults", lambda r: run_raw_kafka(r, seconds, tuned=False)))
+            for subject, fn in subjects:
                 runs = [fn(rate) for _ in range(repeats)]
                 p99s = [r["p99_ms"] for r in runs]
                 results.append(

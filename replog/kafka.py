@@ -1,9 +1,16 @@
 """The cluster log: one Kafka topic with one partition, via confluent-kafka.
 
-The producer is idempotent with ``acks=all`` (no duplicates or reordering on retry) and a
-small linger, tuned for latency; ``append`` is one group commit (produce all, one flush). The
-reader uses ``assign()`` on partition 0 from an offset, with no consumer group and no commits:
-where to resume is the node's business (checkpoint offset + 1).
+The producer is idempotent with ``acks=all`` (no duplicates or reordering on retry);
+``append`` is one group commit (produce all, one flush). The reader uses ``assign()`` on
+partition 0 from an offset, with no consumer group and no commits: where to resume is the
+node's business (checkpoint offset + 1).
+
+Tuned for the latency of one record, not for throughput (``producer_config`` and
+``consumer_config``; ``bench/replog_rtt.py`` measures them against librdkafka's defaults and a
+bare produce → consume in the same run): no linger (the appender's group commit already
+batches whatever queued while the last append was in flight), Nagle off on both sockets, a
+fetch the broker answers as soon as one byte is there, and a consume that waits for the first
+record only and then takes every record already fetched in one call.
 
 Retention: the topic deletes by size only (``retention.ms=-1``), with ``retention.bytes`` chosen
 by the caller so that the log always holds more entries than its oldest kept checkpoint needs
@@ -31,8 +38,48 @@ from replog.errors import AppendFailed, AppendTimeout, LogTruncated
 PARTITION = 0
 linger_ms = 0
 append_timeout_s = 10.0  # a flush that takes longer fails its requests (indeterminate)
-fetch_wait_max_ms = 5  # how long the broker may hold an empty fetch; bounds idle latency
+# How long the broker may hold a fetch that found nothing. With fetch.min.bytes=1 the broker
+# answers a held fetch the moment a record is appended, so this bounds only idle round trips:
+# a few ms costs every idle replica hundreds of fetches per second for no latency.
+fetch_wait_max_ms = 100
+fetch_error_backoff_ms = 20  # after a fetch error (e.g. a broker restart); default 500
+retry_backoff_ms = 20  # before the producer retries a failed request; default 100
 reconnect_backoff_max_ms = 1000  # after a broker restart, reconnect within a second
+
+
+def producer_config(bootstrap: str, log_level: int = 6) -> dict:
+    """The producer's settings: durable (idempotent, acks=all) and sent at once."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": linger_ms,
+        "message.timeout.ms": int(append_timeout_s * 1000),
+        "socket.nagle.disable": True,
+        "retry.backoff.ms": retry_backoff_ms,
+        "reconnect.backoff.max.ms": reconnect_backoff_max_ms,
+        "log_level": log_level,
+    }
+
+
+def consumer_config(bootstrap: str, log_level: int = 6) -> dict:
+    """The reader's settings: every record as soon as the broker has it, never a gap."""
+    return {
+        "bootstrap.servers": bootstrap,
+        # Required by the client even without subscribe(); never joined or committed.
+        "group.id": f"replog-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "fetch.wait.max.ms": fetch_wait_max_ms,
+        "fetch.min.bytes": 1,
+        "fetch.error.backoff.ms": fetch_error_backoff_ms,
+        "socket.nagle.disable": True,
+        "enable.partition.eof": False,
+        # Never skip silently to the end or the start: a gap would diverge the replica.
+        "auto.offset.reset": "error",
+        "reconnect.backoff.max.ms": reconnect_backoff_max_ms,
+        "log_level": log_level,
+    }
 
 
 segment_bytes = 64 * 1024 * 1024  # retention deletes whole segments: keep them small
@@ -105,17 +152,7 @@ class KafkaLog:
         self.log_level = log_level  # librdkafka syslog level: 6 info, 3 errors, 0 silent
         if create:
             ensure_topic(bootstrap, topic, retention_bytes=retention_bytes)
-        conf = {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "acks": "all",
-            "linger.ms": linger_ms,
-            "message.timeout.ms": int(append_timeout_s * 1000),
-            "socket.nagle.disable": True,
-            "reconnect.backoff.max.ms": reconnect_backoff_max_ms,
-            "log_level": log_level,
-            "error_cb": self._on_error,
-        }
+        conf = {**producer_config(bootstrap, log_level), "error_cb": self._on_error}
         conf.update(producer_conf)
         self._conf = conf
         self._fatal: str | None = None
@@ -168,24 +205,9 @@ class KafkaLog:
 
 
 class KafkaLogReader:
-    def __init__(self, bootstrap: str, topic: str, start_offset: int, log_level: int = 6):
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                # Required by the client even without subscribe(); never joined or committed.
-                "group.id": f"replog-{uuid.uuid4().hex}",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "fetch.wait.max.ms": fetch_wait_max_ms,
-                "fetch.min.bytes": 1,
-                "socket.nagle.disable": True,
-                "enable.partition.eof": False,
-                # Never skip silently to the end or the start: a gap would diverge the replica.
-                "auto.offset.reset": "error",
-                "reconnect.backoff.max.ms": reconnect_backoff_max_ms,
-                "log_level": log_level,
-            }
-        )
+    def __init__(self, bootstrap: str, topic: str, start_offset: int, log_level: int = 6,
+                 **consumer_conf):
+        self._consumer = Consumer({**consumer_config(bootstrap, log_level), **consumer_conf})
         self._consumer.assign([TopicPartition(topic, PARTITION, start_offset)])
 
     def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:

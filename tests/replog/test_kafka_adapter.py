@@ -2,7 +2,7 @@
 
 import pytest
 
-from replog import AppendFailed, AppendTimeout, Node
+from replog import AppendFailed, AppendTimeout, Node, kafka
 from replog.kafka import KafkaLog
 from replog.single import SingleNodeElection
 from replog.testing import ops
@@ -36,3 +36,15 @@ def test_node_whose_log_is_down_fails_requests_and_never_acknowledges():
         assert not node.is_leader and node.sm.get("k") is None
     finally:
         node.stop()
+
+
+def test_producer_and_reader_are_tuned_for_one_record_latency():
+    producer = kafka.producer_config(DEAD_BROKER)
+    assert producer["linger.ms"] == 0 and producer["socket.nagle.disable"]
+    assert producer["acks"] == "all" and producer["enable.idempotence"]
+    consumer = kafka.consumer_config(DEAD_BROKER)
+    assert consumer["fetch.min.bytes"] == 1 and consumer["socket.nagle.disable"]
+    assert consumer["auto.offset.reset"] == "error" and not consumer["enable.auto.commit"]
+    # an idle held fetch is answered at the first appended record: the wait bounds idle only
+    assert consumer["fetch.wait.max.ms"] <= kafka.append_timeout_s * 1000
+    assert kafka.consumer_config(DEAD_BROKER)["group.id"] != consumer["group.id"]
