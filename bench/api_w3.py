@@ -106,6 +106,7 @@ async def _load(targets: list[str], path: str, key: str, rate: float, duration_s
 
     start = time.perf_counter() + 0.2
     warm_end = start + warmup_s
+    cpu_start = time.process_time()
 
     async def one(body: bytes, intended: float) -> None:
         conn = await pool.get()  # waiting here is part of the latency (open loop)
@@ -139,13 +140,20 @@ async def _load(targets: list[str], path: str, key: str, rate: float, duration_s
         tasks.append(asyncio.create_task(one(head + str(i).encode() + tail, intended)))
     send_end = time.perf_counter()
     await asyncio.gather(*tasks)
+    # The generator's own CPU while it sent: what it took from the machine it measures.
+    cpu_s, wall_s = time.process_time() - cpu_start, time.perf_counter() - start
     return {"hdr": base64.b64encode(hist.encode()).decode(), "errors": errors,
             "decisions": decisions, "sent": total,
-            "send_lag_s": round(send_end - (start + total / rate), 3)}
+            "send_lag_s": round(send_end - (start + total / rate), 3),
+            "generator_cpu_us_per_request": round(cpu_s * 1e6 / max(total, 1), 1),
+            "generator_core_share": round(cpu_s / max(wall_s, 1e-9), 4)}
 
 
 def _loadgen_main(conn, *args) -> None:
     try:
+        import uvloop
+
+        uvloop.install()  # the generator's own CPU per request is reported (cpu_s)
         conn.send(asyncio.run(_load(*args)))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         conn.send({"failed": repr(exc)})
@@ -222,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
             load = run_load(targets, path, cluster.api_key, rate, duration, warmup, seed + 1)
             row = {"name": name, "rate": rate, "duration_s": duration,
                    **percentiles(_hdr(load["hdr"])), "errors": load["errors"],
-                   "decisions": load["decisions"], "send_lag_s": load["send_lag_s"]}
+                   "decisions": load["decisions"], "send_lag_s": load["send_lag_s"],
+                   "generator_core_share": load["generator_core_share"],
+                   "generator_cpu_us_per_request": load["generator_cpu_us_per_request"]}
             if path == "/v1/events":
                 row["log_round_trip"] = leader_round_trip(leader.url)
             results.append(row)

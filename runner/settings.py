@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     advertise_url: str | None = None  # defaults to http://host:port
-    # The HTTP server (``runner/cli.py`` says why the default); the hot path serves orders
+    # The HTTP server (docs/http-server.md says why the default); the hot path serves orders
     # and app callbacks without FastAPI (``runner.api.hot``; off only to measure its gain).
     server: Literal["uvicorn", "granian"] = "uvicorn"
     hot_path: bool = True
