@@ -302,13 +302,13 @@ def main() -> int:
         f"machine {a.machine}, 2 followers"
     )
     print(
-        f"{'subject':<10} {'rate/s':>7} {'p50 ms':>8} {'p99 ms (min/med/max)':>24} "
+        f"{'subject':<14} {'rate/s':>7} {'p50 ms':>8} {'p99 ms (min/med/max)':>24} "
         f"{'p99.9 ms':>9} {'fail':>5} {'×raw':>6} {'×Sift':>6}"
     )
     for r in results:
         q = r["p99_ms"]
         print(
-            f"{r['subject']:<10} {r['rate_per_s']:>7} {r['p50_ms']:>8.2f} "
+            f"{r['subject']:<14} {r['rate_per_s']:>7} {r['p50_ms']:>8.2f} "
             f"{q['min']:>7.2f}/{q['median']:>7.2f}/{q['max']:>7.2f} {r['p999_ms']:>9.2f} "
             f"{r['failures']:>5} {r['p99_ratio_vs_kafka_raw']:>6.2f} "
             f"{r['p99_ratio_vs_sift_anchor']:>6.2f}"
