@@ -81,3 +81,11 @@ clean:
 cluster-nodes: $(STAMP)
 	$(PY) -m infra up
 	$(PY) -m runner.nodes up --nodes 3
+
+# The open-loop load generator of bench/api_w3.py (Rust, pinned by its Cargo.lock).
+LOADGEN := bench/loadgen/target/release/railflow-loadgen
+.PHONY: loadgen
+loadgen: $(LOADGEN)
+$(LOADGEN): bench/loadgen/Cargo.toml bench/loadgen/Cargo.lock bench/loadgen/src/main.rs
+	CARGO_TARGET_DIR=bench/loadgen/target cargo build -q --release --locked \
+	  --manifest-path bench/loadgen/Cargo.toml

@@ -17,8 +17,16 @@ Peers, measured in the same run:
 Published anchors (not re-run here): Sift < 50 ms p99 added; Railgun < 250 ms p99.9;
 Temporal Cloud StartWorkflow p99 69-78 ms; Zeebe 8.8 p99 350 ms at ~248/s.
 
-Usage: ``.venv/bin/python bench/api_w3.py [--quick]``. Starts the cluster if it is not up
-(and stops it again in that case), starts and stops the three nodes.
+The load generator (``--generator``): ``native`` (default) is ``bench/loadgen``, a small Rust
+open-loop generator built by ``make loadgen`` (pinned by its Cargo.lock; one thread of tokio
+plus a nanosleep ticker): it costs the machine it measures a few µs of CPU per request.
+``python`` is the asyncio generator below (about 100 µs per request: a fifth of a core at
+2,000/s, which is why it is not the default). Each row reports the generator's own share of a
+core (``generator_core_share``) and its CPU per request. (oha picks ``-Z`` body lines at random,
+which would repeat event ids; vegeta is not in Debian's bookworm.)
+
+Usage: ``.venv/bin/python bench/api_w3.py [--quick] [--generator native|python]``. Starts the
+cluster if it is not up (and stops it again in that case), starts and stops the three nodes.
 """
 
 from __future__ import annotations
@@ -174,6 +182,59 @@ def run_load(targets: list[str], path: str, key: str, rate: float, duration_s: f
     return result
 
 
+LOADGEN = ROOT / "bench" / "loadgen" / "target" / "release" / "railflow-loadgen"
+
+
+def build_loadgen() -> Path:
+    """``make loadgen`` (a no-op when the binary is up to date)."""
+    subprocess.run(["make", "-s", "loadgen"], cwd=ROOT, check=True)
+    return LOADGEN
+
+
+def run_load_native(targets: list[str], path: str, key: str, rate: float, duration_s: float,
+                    warmup_s: float, seed: int) -> dict[str, Any]:
+    """The same load as ``run_load`` through ``bench/loadgen``; its CPU from ``wait4``."""
+    gen = OrderGenerator(seed=seed)
+    lines = []
+    for _ in range(min(int(rate * (warmup_s + duration_s)), templates_max)):
+        data = orjson.dumps(gen.order()["data"]).decode()
+        lines.append('{"event_id":"w3-@ID@","type":"order","data":' + data + "}")
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("\n".join(lines) + "\n")
+    cmd = [str(LOADGEN), "--path", path, "--key", key, "--rate", str(rate),
+           "--duration-s", str(duration_s), "--warmup-s", str(warmup_s),
+           "--connections", str(connections_per_target_max), "--bodies", f.name,
+           "--tag", uuid.uuid4().hex[:8]]
+    for t in targets:
+        cmd += ["--target", t.removeprefix("http://")]
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+    out = proc.stdout.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall_s = time.monotonic() - started
+    os.unlink(f.name)
+    if status != 0:
+        raise RuntimeError(f"load generator failed with status {status}")
+    result = json.loads(out)
+    cpu_s = usage.ru_utime + usage.ru_stime
+    ms = lambda us: round(us / 1000, 3)  # noqa: E731
+    result["percentiles"] = {"count": result["count"], "p50_ms": ms(result["p50_us"]),
+                             "p99_ms": ms(result["p99_us"]), "p999_ms": ms(result["p999_us"]),
+                             "max_ms": ms(result["max_us"]), "min_ms": ms(result["min_us"])}
+    result["generator_cpu_us_per_request"] = round(cpu_s * 1e6 / max(result["sent"], 1), 1)
+    result["generator_core_share"] = round(cpu_s / max(wall_s, 1e-9), 4)
+    return result
+
+
+def generate(generator: str, *args: Any) -> dict[str, Any]:
+    """Run one load with the chosen generator; ``percentiles`` holds the latency figures."""
+    if generator == "native":
+        return run_load_native(*args)
+    load = run_load(*args)
+    load["percentiles"] = percentiles(_hdr(load["hdr"]))
+    return load
+
+
 # ---------------------------------------------------------------- reporting
 def _hdr(b64: str) -> HdrHistogram:
     return HdrHistogram.decode(base64.b64decode(b64) if not isinstance(b64, bytes) else b64)
@@ -205,7 +266,10 @@ def ensure_cluster() -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--generator", choices=("native", "python"), default="native")
     args = parser.parse_args(argv)
+    if args.generator == "native":
+        build_loadgen()
     rates = RATES_QUICK if args.quick else RATES_FULL
     duration = DURATION_QUICK_S if args.quick else DURATION_FULL_S
     warmup = WARMUP_QUICK_S if args.quick else WARMUP_FULL_S
@@ -227,9 +291,10 @@ def main(argv: list[str] | None = None) -> int:
             plan.append(("decision API via all 3 nodes (peer)", "/v1/events", all_urls, 1000))
         for seed, (name, path, targets, rate) in enumerate(plan):
             leader_round_trip(leader.url)  # reset
-            load = run_load(targets, path, cluster.api_key, rate, duration, warmup, seed + 1)
+            load = generate(args.generator, targets, path, cluster.api_key, rate, duration,
+                            warmup, seed + 1)
             row = {"name": name, "rate": rate, "duration_s": duration,
-                   **percentiles(_hdr(load["hdr"])), "errors": load["errors"],
+                   "generator": args.generator, **load["percentiles"], "errors": load["errors"],
                    "decisions": load["decisions"], "send_lag_s": load["send_lag_s"],
                    "generator_core_share": load["generator_core_share"],
                    "generator_cpu_us_per_request": load["generator_cpu_us_per_request"]}

@@ -1,0 +1,284 @@
+//! railflow-loadgen: an open-loop HTTP/1.1 load generator for `bench/api_w3.py`.
+//!
+//! Requests are due at a fixed arrival rate whatever the server does; each latency runs from
+//! the request's *intended* start to the last byte of its answer (coordinated omission
+//! corrected: a request that waits for a free connection, or behind a stalled server, counts
+//! the wait), recorded in an HdrHistogram after an uncounted warm-up. A ticker thread wakes at
+//! each due time (nanosleep, finer than the runtime's 1 ms timer wheel) and hands the request
+//! to one single-threaded tokio runtime that owns every connection, so the generator costs
+//! the machine it measures as little CPU as it can.
+//!
+//! Bodies come from a file, one per line; `@ID@` in a line is replaced by `<tag>-<n>` (n is
+//! the request's number), so every order has its own event id. The result is one JSON object
+//! on stdout: counts, percentiles in microseconds, errors and the first run's decisions.
+//!
+//! Usage: railflow-loadgen --target 127.0.0.1:8001 [--target ...] --path /v1/events
+//!        --key KEY --rate 1000 --duration-s 300 --warmup-s 30 --connections 48
+//!        --bodies FILE --tag TAG
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::io;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Semaphore};
+
+const LATENCY_US_MAX: u64 = 60_000_000;
+const READ_CHUNK_BYTES: usize = 16 * 1024;
+const START_DELAY_MS: u64 = 200;
+
+struct Args {
+    targets: Vec<String>,
+    path: String,
+    key: String,
+    rate: f64,
+    duration_s: f64,
+    warmup_s: f64,
+    connections: usize,
+    bodies: String,
+    tag: String,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        targets: vec![],
+        path: "/v1/events".into(),
+        key: String::new(),
+        rate: 100.0,
+        duration_s: 10.0,
+        warmup_s: 0.0,
+        connections: 48,
+        bodies: String::new(),
+        tag: "lg".into(),
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let (k, v) = (argv[i].as_str(), argv.get(i + 1).cloned().unwrap_or_default());
+        match k {
+            "--target" => a.targets.push(v),
+            "--path" => a.path = v,
+            "--key" => a.key = v,
+            "--rate" => a.rate = v.parse().expect("--rate"),
+            "--duration-s" => a.duration_s = v.parse().expect("--duration-s"),
+            "--warmup-s" => a.warmup_s = v.parse().expect("--warmup-s"),
+            "--connections" => a.connections = v.parse().expect("--connections"),
+            "--bodies" => a.bodies = v,
+            "--tag" => a.tag = v,
+            _ => panic!("unknown argument {k}"),
+        }
+        i += 2;
+    }
+    assert!(!a.targets.is_empty(), "--target is required");
+    assert!(a.rate > 0.0, "--rate must be positive");
+    a
+}
+
+struct Conn {
+    target: usize,
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+#[derive(Default)]
+struct Stats {
+    errors: BTreeMap<String, u64>,
+    decisions: BTreeMap<String, u64>,
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn content_length(head: &[u8]) -> usize {
+    for line in head.split(|&b| b == b'\n') {
+        if line.len() > 15 && line[..15].eq_ignore_ascii_case(b"content-length:") {
+            let v = std::str::from_utf8(&line[15..]).unwrap_or("0").trim();
+            return v.parse().unwrap_or(0);
+        }
+    }
+    0
+}
+
+/// Send one request on a kept-alive connection and read its answer: (status, body).
+async fn exchange(conn: &mut Conn, request: &[u8]) -> io::Result<(u16, Vec<u8>)> {
+    conn.stream.write_all(request).await?;
+    conn.buf.clear();
+    let mut chunk = [0u8; READ_CHUNK_BYTES];
+    let head_end = loop {
+        let n = conn.stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        conn.buf.extend_from_slice(&chunk[..n]);
+        if let Some(at) = find(&conn.buf, b"\r\n\r\n") {
+            break at + 4;
+        }
+    };
+    if conn.buf.len() < 12 {
+        return Err(io::ErrorKind::InvalidData.into());
+    }
+    let status: u16 = std::str::from_utf8(&conn.buf[9..12])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or(io::ErrorKind::InvalidData)?;
+    let length = content_length(&conn.buf[..head_end]);
+    while conn.buf.len() < head_end + length {
+        let n = conn.stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        conn.buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok((status, conn.buf[head_end..head_end + length].to_vec()))
+}
+
+/// The first run's decision in an order's answer, without parsing the JSON.
+fn decision(body: &[u8]) -> String {
+    match find(body, b"\"decision\":") {
+        None => "?".into(),
+        Some(at) => {
+            let rest = &body[at + 11..];
+            let end = rest.iter().position(|&b| b == b',' || b == b'}').unwrap_or(rest.len());
+            String::from_utf8_lossy(&rest[..end]).trim_matches('"').to_string()
+        }
+    }
+}
+
+fn main() {
+    let args = parse_args();
+    // (text before @ID@, text after it); None: the body has no id to fill in.
+    let templates: Vec<(Vec<u8>, Option<Vec<u8>>)> = std::fs::read_to_string(&args.bodies)
+        .expect("--bodies file")
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| match l.find("@ID@") {
+            Some(at) => (l[..at].as_bytes().to_vec(), Some(l[at + 4..].as_bytes().to_vec())),
+            None => (l.as_bytes().to_vec(), None),
+        })
+        .collect();
+    assert!(!templates.is_empty(), "no bodies in {}", args.bodies);
+    let total = (args.rate * (args.warmup_s + args.duration_s)).round() as u64;
+    let heads: Vec<Vec<u8>> = args
+        .targets
+        .iter()
+        .map(|t| {
+            format!(
+                "POST {} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
+                 Content-Type: application/json\r\nContent-Length: ",
+                args.path, t, args.key
+            )
+            .into_bytes()
+        })
+        .collect();
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let local = tokio::task::LocalSet::new();
+    let out = local.block_on(&rt, async move {
+        let pool: Rc<RefCell<Vec<Conn>>> = Rc::new(RefCell::new(vec![]));
+        for i in 0..args.connections * args.targets.len() {
+            let target = i % args.targets.len();
+            let stream = TcpStream::connect(&args.targets[target]).await.expect("connect");
+            stream.set_nodelay(true).unwrap();
+            pool.borrow_mut().push(Conn { target, stream, buf: Vec::with_capacity(8192) });
+        }
+        let free = Rc::new(Semaphore::new(pool.borrow().len()));
+        let hist = Rc::new(RefCell::new(Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3).unwrap()));
+        let stats = Rc::new(RefCell::new(Stats::default()));
+        let start = Instant::now() + Duration::from_millis(START_DELAY_MS);
+        let warm_end = start + Duration::from_secs_f64(args.warmup_s);
+        let interval_ns = 1e9 / args.rate;
+
+        // The ticker: due times on a plain thread (nanosleep), handed to the runtime.
+        let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Instant)>();
+        let ticker = std::thread::spawn(move || {
+            for i in 0..total {
+                let intended = start + Duration::from_nanos((i as f64 * interval_ns) as u64);
+                let now = Instant::now();
+                if intended > now {
+                    std::thread::sleep(intended - now);
+                }
+                if tx.send((i, intended)).is_err() {
+                    break;
+                }
+            }
+        });
+
+        let counts = args.path == "/v1/events";
+        let mut tasks = Vec::with_capacity(total as usize);
+        while let Some((i, intended)) = rx.recv().await {
+            let (head, tail) = &templates[(i as usize) % templates.len()];
+            let mut body = head.clone();
+            if let Some(tail) = tail {
+                body.extend_from_slice(format!("{}-{}", args.tag, i).as_bytes());
+                body.extend_from_slice(tail);
+            }
+            let (pool, free, hist, stats) = (pool.clone(), free.clone(), hist.clone(), stats.clone());
+            let heads = heads.clone();
+            tasks.push(tokio::task::spawn_local(async move {
+                let permit = free.acquire().await.unwrap(); // waiting here counts (open loop)
+                let mut conn = pool.borrow_mut().pop().expect("a permit means a connection");
+                let mut request = heads[conn.target].clone();
+                request.extend_from_slice(body.len().to_string().as_bytes());
+                request.extend_from_slice(b"\r\n\r\n");
+                request.extend_from_slice(&body);
+                match exchange(&mut conn, &request).await {
+                    Err(e) => {
+                        *stats.borrow_mut().errors.entry(format!("{:?}", e.kind())).or_default() += 1;
+                        permit.forget(); // the connection is dropped: one fewer in the pool
+                    }
+                    Ok((status, answer)) => {
+                        pool.borrow_mut().push(conn);
+                        drop(permit);
+                        if intended < warm_end {
+                            return;
+                        }
+                        let mut s = stats.borrow_mut();
+                        if status != 200 {
+                            *s.errors.entry(format!("http {status}")).or_default() += 1;
+                            return;
+                        }
+                        let us = intended.elapsed().as_micros() as u64;
+                        hist.borrow_mut().saturating_record(us.clamp(1, LATENCY_US_MAX));
+                        if counts {
+                            *s.decisions.entry(decision(&answer)).or_default() += 1;
+                        }
+                    }
+                }
+            }));
+        }
+        let send_end = Instant::now();
+        ticker.join().unwrap();
+        for t in tasks {
+            let _ = t.await;
+        }
+        let due_end = start + Duration::from_nanos((total as f64 * interval_ns) as u64);
+        let lag_s = send_end.saturating_duration_since(due_end).as_secs_f64();
+        let h = hist.borrow();
+        let s = stats.borrow();
+        let map = |m: &BTreeMap<String, u64>| {
+            let items: Vec<String> = m.iter().map(|(k, v)| format!("{:?}: {}", k, v)).collect();
+            format!("{{{}}}", items.join(", "))
+        };
+        format!(
+            "{{\"sent\": {}, \"count\": {}, \"p50_us\": {}, \"p99_us\": {}, \"p999_us\": {}, \
+             \"max_us\": {}, \"min_us\": {}, \"errors\": {}, \"decisions\": {}, \
+             \"send_lag_s\": {:.3}}}",
+            total,
+            h.len(),
+            h.value_at_quantile(0.50),
+            h.value_at_quantile(0.99),
+            h.value_at_quantile(0.999),
+            h.max(),
+            h.min(),
+            map(&s.errors),
+            map(&s.decisions),
+            lag_s
+        )
+    });
+    println!("{out}");
+}
