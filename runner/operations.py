@@ -115,7 +115,7 @@ def view_of_record(r: RunRecord) -> dict:
             "workflow_version": r.workflow_version, "state": r.state, "decision": r.decision,
             "node_id": r.path[-1]["next_node_id"] if r.path else "", "waiting_for": None,
             "path": r.path, "explanation": explain(r.path), "metrics": r.metrics,
-            "scores": {}, "apps": {}, "offset": r.offset, "started_ts": r.started_ts,
+            "scores": r.scores, "apps": r.apps, "offset": r.offset, "started_ts": r.started_ts,
             "updated_ts": r.updated_ts}
 
 
@@ -224,25 +224,40 @@ def review_tasks(svc: Service, queue: str | None, status: str, limit: int) -> li
     return _read(svc, queries.review_tasks, queue, status, limit)
 
 
-async def claim(svc: Service, run_id: str, node_id: str, user: str) -> dict:
+review_claim_ttl_ms = 15 * 60 * 1000  # an analyst who walks away frees the task after this
+
+
+async def claim(svc: Service, run_id: str, node_id: str, user: str,
+                ttl_ms: int = review_claim_ttl_ms) -> dict:
     _, reply = await _apply(svc, entries.REVIEW_CLAIMED,
-                            {"run_id": run_id, "node_id": node_id, "user": user})
+                            {"run_id": run_id, "node_id": node_id, "user": user,
+                             "ttl_ms": ttl_ms})
+    return reply.result
+
+
+async def unclaim(svc: Service, run_id: str, node_id: str, user: str, override: bool) -> dict:
+    """Give a claimed task back to the queue (its claimer, or a manager for anyone's)."""
+    _, reply = await _apply(svc, entries.REVIEW_CLAIMED,
+                            {"run_id": run_id, "node_id": node_id, "user": user,
+                             "release": True, "override": override})
     return reply.result
 
 
 async def decide(svc: Service, run_id: str, node_id: str, user: str, outcome: str,
-                 override: bool) -> dict:
+                 override: bool, reason: str = "") -> dict:
     task = await _review_task(svc, run_id, node_id)
     if task["status"] != "pending":
         raise RequestInvalid("run_id", f"the review task is {task['status']}", 409)
-    if task["claimed_by"] not in (None, user) and not override:
+    lapsed = task.get("claim_expires_ts") is not None and task["claim_expires_ts"] <= _now_ms()
+    if task["claimed_by"] not in (None, user) and not override and not lapsed:
         raise RequestInvalid("run_id", f"claimed by {task['claimed_by']}", 409)
     run = get_run(svc, run_id)
     definition = version(svc, run["workflow_id"], run["workflow_version"])
     node = next(n for n in definition["nodes"] if n["id"] == node_id)
     if outcome not in node.get("outcomes", []):
         raise RequestInvalid("outcome", f"must be one of {node.get('outcomes')}")
-    return await app_completed(svc, run_id, node_id, {"outcome": outcome, "reviewer": user})
+    answer = {"outcome": outcome, "reviewer": user, **({"reason": reason} if reason else {})}
+    return await app_completed(svc, run_id, node_id, answer)
 
 
 async def _review_task(svc: Service, run_id: str, node_id: str) -> dict:

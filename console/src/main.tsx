@@ -8,6 +8,9 @@ import { createRoot } from "react-dom/client";
 import { getToken, setToken } from "./api/client";
 import { useMe, useToken } from "./auth";
 import { Editor } from "./editor/Editor";
+import { Metrics } from "./pages/Metrics";
+import { Review } from "./pages/Review";
+import { RunDetail, Runs } from "./pages/Runs";
 import { SignIn } from "./pages/SignIn";
 import { Versions } from "./pages/Versions";
 import { Workflows } from "./pages/Workflows";
@@ -26,6 +29,9 @@ function Shell() {
         {token && (
           <nav aria-label="Main">
             <Link to="/">Workflows</Link>
+            <Link to="/review">Review queue</Link>
+            <Link to="/runs">Runs</Link>
+            <Link to="/metrics">Metrics</Link>
           </nav>
         )}
         {me.data && (
@@ -67,6 +73,16 @@ const routes = [
       return <Versions workflowId={workflowId} />;
     },
   }),
+  createRoute({ getParentRoute: () => root, path: "/review", beforeLoad: requireAuth, component: Review }),
+  createRoute({ getParentRoute: () => root, path: "/runs", beforeLoad: requireAuth, component: Runs }),
+  createRoute({
+    getParentRoute: () => root, path: "/runs/$runId", beforeLoad: requireAuth,
+    component: function RunPage() {
+      const { runId } = useParams({ strict: false }) as { runId: string };
+      return <RunDetail key={runId} runId={runId} />;
+    },
+  }),
+  createRoute({ getParentRoute: () => root, path: "/metrics", beforeLoad: requireAuth, component: Metrics }),
 ];
 
 const router = createRouter({ routeTree: root.addChildren(routes), basepath: "/console" });

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from runner import __doc__ as runner_doc
 from runner.api import console_static, errors, sift
 from runner.api.hot import HotPath
-from runner.api.routes import console, events, metrics, ops, review, workflows
+from runner.api.routes import console, console_runs, events, metrics, ops, review, workflows
 from runner.service import Service
 from runner.settings import Settings
 
@@ -39,6 +39,7 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
     app.state.service = svc
     errors.install(app)
     app.include_router(console.router)  # before workflows: /v1/workflows/check is static
+    app.include_router(console_runs.router)
     for module in (events, workflows, metrics, review, ops):
         app.include_router(module.router)
     sift.install(app)  # the Sift-compatible door (docs/sift.md)

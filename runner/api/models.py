@@ -151,6 +151,8 @@ class ReviewTaskPublic(BaseModel):
     deadline_ts: int | None
     created_ts: int
     claimed_by: str | None
+    claim_expires_ts: int | None = Field(
+        default=None, description="When the claim lapses and anyone may claim the task")
     outcome: dict[str, Any] | None
     event: dict[str, Any]
     scores: dict[str, Any]
@@ -160,6 +162,7 @@ class ReviewTaskPublic(BaseModel):
 
 class ReviewDecisionIn(_In):
     outcome: str = Field(min_length=1, max_length=200)
+    reason: str = Field(default="", max_length=2000, description="Why, for the run's record")
 
 
 class TokenRequest(_In):

@@ -29,6 +29,8 @@ class RunRecord:
     path: list[dict[str, Any]] = field(default_factory=list)
     decision: str | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
+    scores: dict[str, Any] = field(default_factory=dict)
+    apps: dict[str, Any] = field(default_factory=dict)  # node id -> the app's answer
     started_ts: int = 0
     updated_ts: int = 0
     offset: int = -1  # log offset of the entry that produced this version of the run

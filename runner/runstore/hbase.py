@@ -34,6 +34,8 @@ def _cells(run: RunRecord) -> dict[bytes, bytes]:
         b"path:version": str(run.workflow_version).encode(),
         b"path:steps": orjson.dumps(run.path),
         b"path:metrics": orjson.dumps(run.metrics),
+        b"path:scores": orjson.dumps(run.scores),
+        b"path:apps": orjson.dumps(run.apps),
         b"path:started_ts": str(run.started_ts).encode(),
         b"path:updated_ts": str(run.updated_ts).encode(),
         b"path:offset": str(run.offset).encode(),
@@ -54,6 +56,8 @@ def _record(run_id: str, row: dict[bytes, bytes]) -> RunRecord:
         path=orjson.loads(row[b"path:steps"]),
         decision=decision or None,
         metrics=orjson.loads(row[b"path:metrics"]),
+        scores=orjson.loads(row.get(b"path:scores", b"{}")),  # rows written before they were kept
+        apps=orjson.loads(row.get(b"path:apps", b"{}")),
         started_ts=int(row[b"path:started_ts"]),
         updated_ts=int(row[b"path:updated_ts"]),
         offset=int(row[b"path:offset"]),

@@ -17,7 +17,7 @@ WORKFLOW_PUBLISHED = "WorkflowPublished"  # {workflow_id, definition?, by}  (dra
 WORKFLOW_ROLLED_BACK = "WorkflowRolledBack"  # {workflow_id, version, by}
 METRIC_DEFINED = "MetricDefined"  # {text}
 METRIC_DROPPED = "MetricDropped"  # {name}
-REVIEW_CLAIMED = "ReviewClaimed"  # {run_id, node_id, user}
+REVIEW_CLAIMED = "ReviewClaimed"  # {run_id, node_id, user, ttl_ms?, release?, override?}
 EFFECTS_DONE = "EffectsDone"  # {stored: [[run_id, offset]], outbox: [effect_id]}
 LEADER_STARTED = "replog.LeaderStarted"  # appended by replog; apply re-drives effects
 

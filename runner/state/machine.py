@@ -340,18 +340,34 @@ class RunnerStateMachine:
         return [Reply(ok=True, result={"expired": len(due)}), *effects]
 
     def _review_claimed(self, entry: Any, p: dict) -> list[Any]:
+        """Claim a review task (for ``ttl_ms`` of log time, if given), or release it.
+
+        While pending, the task's ``outcome`` holds the claim's times; a claim past its expiry
+        may be taken over by anyone."""
         run_id, node, user = p["run_id"], p["node_id"], p["user"]
         task = self.con.execute(
-            "SELECT status, kind, claimed_by FROM app_tasks WHERE run_id = ? AND node_id = ?",
-            [run_id, node]).fetchone()
+            "SELECT status, kind, claimed_by, outcome FROM app_tasks "
+            "WHERE run_id = ? AND node_id = ?", [run_id, node]).fetchone()
         if task is None or task[1] != "review":
             raise Rejected("run_id", "no review task for this run and node", 404)
         if task[0] != "pending":
             raise Rejected("run_id", f"the review task is {task[0]}", 409)
-        if task[2] not in (None, user):
+        claim = orjson.loads(task[3]) if task[3] else {}
+        expires = claim.get("claim_expires_ts")
+        expired = expires is not None and entry.ts >= expires
+        if task[2] not in (None, user) and not expired and not p.get("override"):
             raise Rejected("run_id", f"already claimed by {task[2]}", 409)
-        self.con.execute("UPDATE app_tasks SET claimed_by = ? WHERE run_id = ? AND node_id = ?",
-                         [user, run_id, node])
+        if p.get("release"):
+            self.con.execute("UPDATE app_tasks SET claimed_by = NULL, outcome = NULL "
+                             "WHERE run_id = ? AND node_id = ?", [run_id, node])
+            return [Reply(ok=True, result={"claimed_by": None})]
+        ttl = p.get("ttl_ms")
+        claim = ({"claimed_ts": entry.ts, "claim_expires_ts": entry.ts + int(ttl)}
+                 if isinstance(ttl, int) and ttl > 0 else None)
+        self.con.execute("UPDATE app_tasks SET claimed_by = ?, outcome = ? "
+                         "WHERE run_id = ? AND node_id = ?",
+                         [user, None if claim is None else orjson.dumps(claim).decode(),
+                          run_id, node])
         return [Reply(ok=True, result={"claimed_by": user})]
 
     def _effects_done(self, entry: Any, p: dict) -> list[Any]:
@@ -553,6 +569,7 @@ def record_of(run: dict) -> dict:
         "run_id": run["run_id"], "event_id": run["event_id"], "event_type": run["event_type"],
         "workflow_id": run["workflow_id"], "workflow_version": run["version"],
         "state": run["state"], "event": run["event"], "path": run["path"],
-        "decision": run["decision"], "metrics": run["metrics"], "started_ts": run["started_ts"],
+        "decision": run["decision"], "metrics": run["metrics"], "scores": run["scores"],
+        "apps": run["apps"], "started_ts": run["started_ts"],
         "updated_ts": run["updated_ts"], "offset": run["offset"],
     }

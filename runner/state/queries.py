@@ -39,18 +39,25 @@ def review_tasks(cur: duckdb.DuckDBPyConnection, queue: str | None, status: str,
     out = []
     for (run_id, node, q, st, deadline, created, claimed, outcome, event, scores, metrics,
          wf) in cur.execute(sql, params).fetchall():
+        outcome = orjson.loads(outcome) if outcome else None
+        claim = outcome if st == "pending" else None  # a pending task's outcome is its claim
         out.append({"run_id": run_id, "node_id": node, "queue": q, "status": st,
                     "deadline_ts": deadline, "created_ts": created, "claimed_by": claimed,
-                    "outcome": orjson.loads(outcome) if outcome else None,
+                    "claim_expires_ts": (claim or {}).get("claim_expires_ts"),
+                    "outcome": None if st == "pending" else outcome,
                     "event": orjson.loads(event), "scores": orjson.loads(scores),
                     "metrics": orjson.loads(metrics), "workflow_id": wf})
     return out
 
 
 def review_task(cur: duckdb.DuckDBPyConnection, run_id: str, node_id: str) -> dict | None:
-    row = cur.execute("SELECT kind, status, claimed_by FROM app_tasks "
+    row = cur.execute("SELECT kind, status, claimed_by, outcome FROM app_tasks "
                       "WHERE run_id = ? AND node_id = ?", [run_id, node_id]).fetchone()
-    return None if row is None else {"kind": row[0], "status": row[1], "claimed_by": row[2]}
+    if row is None:
+        return None
+    claim = orjson.loads(row[3]) if row[1] == "pending" and row[3] else {}
+    return {"kind": row[0], "status": row[1], "claimed_by": row[2],
+            "claim_expires_ts": claim.get("claim_expires_ts")}
 
 
 def app_task(cur: duckdb.DuckDBPyConnection, run_id: str, node_id: str) -> dict | None:

@@ -12,6 +12,7 @@ from tests.console.conftest import api_token, check_axe, shot_path, sign_in
 @pytest.mark.parametrize("role", ["analyst", "manager", "admin"])
 def test_sign_in_per_role_hides_what_the_role_may_not_do(page, node, role):
     sign_in(page, node, role)
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Workflows").click()
     expect(page.get_by_role("link", name="w3_demo")).to_be_visible()
     check_axe(page, "workflows")
     creates = page.get_by_role("form", name="New workflow")

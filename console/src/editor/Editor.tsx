@@ -12,6 +12,8 @@ import type { Edge, NodeKind, Problem, Scope, WfNode, Workflow } from "../model/
 import { Canvas } from "./Canvas";
 import { CriteriaEditor } from "./CriteriaEditor";
 import { PublishDialog } from "./PublishDialog";
+import { TryPanel } from "./TryPanel";
+import { pathOverlay, type PathStep } from "../model/path";
 
 const kinds: NodeKind[] = ["score", "app", "review_queue", "webhook", "decision", "event"];
 const actions = ["approve", "block", "cancel_order", "ban_user", "hold"];
@@ -70,7 +72,10 @@ export function Editor({ workflowId }: { workflowId: string }) {
   const check = useCheck(wf);
   const problems = check.data?.problems ?? [];
   const placed = useMemo(() => placeProblems(problems), [problems]);
-  const overlay = useMemo(() => ({ problems: placed }), [placed]);
+  const [simPath, setSimPath] = useState<PathStep[] | null>(null);
+  const [trying, setTrying] = useState(false);
+  const overlay = useMemo(() => ({ problems: placed, path: simPath && wf ? pathOverlay(wf.root, simPath) : undefined }),
+    [placed, simPath, wf]);
   const dirty = wf !== null && saved !== null && JSON.stringify(wf) !== JSON.stringify(saved);
 
   const edit = useCallback((f: (w: Workflow) => Workflow, group: string | null = null) => {
@@ -131,6 +136,7 @@ export function Editor({ workflowId }: { workflowId: string }) {
           <button onClick={() => void save()} disabled={!dirty}>Save draft</button>
           <button className="primary" onClick={() => void openPublish()}>Publish…</button>
         </>}
+        <button aria-expanded={trying} onClick={() => { setTrying(!trying); if (trying) setSimPath(null); }}>Simulate &amp; backtest</button>
         <Link to="/workflows/$workflowId/versions" params={{ workflowId }}>Versions</Link>
         <span role="status" className="muted">{status}{dirty ? " · unsaved changes" : ""}</span>
       </div>
@@ -182,6 +188,7 @@ export function Editor({ workflowId }: { workflowId: string }) {
           </ul>
         )}
       </section>
+      {trying && <TryPanel draft={wf} onPath={setSimPath} />}
       {publishing && <PublishDialog workflowId={workflowId} draft={wf} problems={problems}
         onClose={(published) => { setPublishing(false); if (published) { setStatus(`Published version ${published}`); qc.invalidateQueries(); } }} />}
     </main>

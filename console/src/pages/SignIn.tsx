@@ -16,7 +16,7 @@ export function SignIn() {
     if (!r.response.ok || !r.data) { setError(errorText(r.error) || "Sign-in failed"); return; }
     setToken(r.data.access_token);
     qc.clear();
-    nav({ to: "/" });
+    nav({ to: r.data.role === "analyst" ? "/review" : "/" });
   }
   return (
     <main className="page signin">

@@ -30,4 +30,4 @@ async def claim(run_id: str, node_id: str, svc: Svc, user: Analyst):
 async def decide(run_id: str, node_id: str, body: ReviewDecisionIn, svc: Svc, user: Analyst):
     """Record the reviewer's outcome; the run resumes along the matching edge."""
     return await ops.decide(svc, run_id, node_id, user.name, body.outcome,
-                            override=user.has_role("manager"))
+                            override=user.has_role("manager"), reason=body.reason)
