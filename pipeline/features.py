@@ -1,11 +1,13 @@
 """Point-in-time metrics over history: for every event, each metric as the online engine gave it.
 
-Values come from the engine's own code (:func:`metrics_engine.offline.compute`), never from a
-re-implementation, so they are identical to ``Engine.ingest``: same plan, windows, cursors and
-aggregation states. Metrics are split by (stream, GROUP BY key); for each key the events are
-hash-partitioned by the key and sorted by (ts, seq) within partitions (see
-:mod:`pipeline.partitioned`), then one ``compute`` runs over each partition. A metric's value
-depends only on its own group's events, so this equals the online engine fed the whole log.
+Values come from the engine's own code (:class:`pipeline.engine_feed.Feeder`: the online
+engine's plan over a memory-only reservoir), never from a re-implementation, so they are
+identical to ``Engine.ingest``: same plan, windows, cursors and aggregation states. Metrics are
+split by (stream, GROUP BY key); groups whose keys share columns form one partition set
+(:func:`plan_partitions`), whose events are hash-partitioned by the shared columns and sorted
+by (ts, seq) within partitions (see :mod:`pipeline.partitioned`), then Spark hands each
+partition's Arrow batches (``mapInArrow``) to one feeder. A metric's value depends only on its
+own group's events, so this equals the online engine fed the whole log.
 
 Callers pass events that carry ``ts`` (epoch ms) and either ``seq`` or their source order (see
 :mod:`pipeline.ordering`), and metric definitions in the metric language. Events of other
@@ -25,12 +27,16 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from metrics_engine.language import MetricDef, parse
-from metrics_engine.offline import compute
+from pipeline.engine_feed import Feeder
 from pipeline.ordering import SEQ, TS, InvariantViolation, with_seq
 from pipeline.partitioned import check_log_order, map_in_log_order
 
 STREAM_COLUMN = "stream"
 metrics_per_job_max = 5_000
+# Events one engine holds at most (the memory-only reservoir keeps every event of its longest
+# window): ~1.5 KB each with W2's fields, so 1 M per partition stays far below one core's share
+# of a 24 GiB machine (see pipeline.session).
+events_per_partition_max = 1_000_000
 
 _DOUBLE_FUNCS = {"avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop", "skewness", "ratio"}
 _LONG_FUNCS = {"count", "count_distinct", "time_since_last"}
@@ -109,65 +115,114 @@ def value_type(d: MetricDef, schema: T.StructType) -> T.DataType:
     raise InvariantViolation(f"no output type for function {d.func}")
 
 
+@dataclass(frozen=True)
+class PartitionSet:
+    """Feature groups whose keys share columns: one shuffle by ``key``, one engine each.
+
+    Every event of a group whose key contains ``key`` lands in one partition, so one plan per
+    partition serves all of them (and shares their windows' cursors). W2's nine groupings all
+    start with ``card``: the 405 features take one shuffle."""
+
+    stream: str
+    key: tuple[str, ...]
+    groups: tuple[FeatureGroup, ...]
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        return tuple(t for g in self.groups for t in g.texts)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(n for g in self.groups for n in g.names)
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        out: list[str] = []
+        for g in self.groups:
+            out += [f for f in g.fields if f not in out]
+        return tuple(out)
+
+
+def plan_partitions(groups: Sequence[FeatureGroup]) -> list[PartitionSet]:
+    """Merge groups of one stream whose keys share columns; the set's key is the columns all
+    its groups share (a group with no key stands alone in one partition)."""
+    sets: list[tuple[str, tuple[str, ...], list[FeatureGroup]]] = []
+    for g in groups:
+        for i, (stream, key, members) in enumerate(sets):
+            common = tuple(c for c in key if c in g.key)
+            if stream == g.stream and common:
+                sets[i] = (stream, common, [*members, g])
+                break
+        else:
+            sets.append((g.stream, g.key, [g]))
+    return [PartitionSet(stream, key, tuple(members)) for stream, key, members in sets]
+
+
 def _compute_partition(batches: Iterator[pa.RecordBatch], texts: tuple[str, ...],
-                       names: tuple[str, ...], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Run the engine's offline compute over one partition's events, batch by batch."""
-    pending: list[pa.RecordBatch] = []
-
-    def events():
-        for batch in check_log_order(batches):
-            pending.append(batch)
-            yield from batch.to_pylist()
-
-    columns: dict[str, list] = {n: [] for n in names}
-    seqs: list[int] = []
-    done = 0  # events of pending[0] already answered
-    for values in compute(list(texts), events()):
-        for n in names:
-            columns[n].append(values.get(n))
-        done += 1
-        head = pending[0]
-        if done == head.num_rows:
-            seqs = head.column(head.schema.get_field_index(SEQ)).to_pylist()
-            yield _batch(seqs, columns, schema)
-            pending.pop(0)
-            columns = {n: [] for n in names}
-            done = 0
-    if done or any(b.num_rows for b in pending):
-        raise InvariantViolation("offline compute returned fewer values than events")
+                       schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Feed one partition's events, in log order, to one engine; yield the columns of
+    ``schema``: the metrics' values, and input columns carried through as they came."""
+    feeder = Feeder(texts)
+    for batch in check_log_order(batches):
+        values = feeder.feed(batch)
+        arrays = []
+        for f in schema:
+            if f.name in values:
+                col = values[f.name]
+                arrays.append(col.cast(f.type) if isinstance(col, pa.Array)
+                              else pa.array(col, f.type))
+            else:
+                arrays.append(batch.column(batch.schema.get_field_index(f.name)))
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _batch(seqs: list[int], columns: dict[str, list], schema: pa.Schema) -> pa.RecordBatch:
-    arrays = [pa.array(seqs, pa.int64())]
-    for f in schema:
-        if f.name != SEQ:
-            arrays.append(pa.array(columns[f.name], f.type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+def compute_set(events: DataFrame, pset: PartitionSet, defs: dict[str, MetricDef],
+                partitions: int, passthrough: bool = False) -> DataFrame:
+    """``seq`` (or, with ``passthrough``, every input column) plus the set's metric columns,
+    for every event of the set's stream."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    source = events
+    if STREAM_COLUMN in events.columns:
+        source = source.where(F.col(STREAM_COLUMN) == pset.stream)
+    cols = [TS, SEQ, *[f for f in pset.fields if f not in (TS, SEQ)]]
+    missing = [c for c in cols if c not in events.columns]
+    if missing:
+        raise InvariantViolation(f"events lack columns {missing} needed by {pset.names}")
+    if passthrough:
+        cols = [*cols, *[c for c in events.columns if c not in cols]]
+        carried = [events.schema[c] for c in events.columns]
+    else:
+        carried = [T.StructField(SEQ, T.LongType(), False)]
+    out_schema = T.StructType(carried + [
+        T.StructField(n, value_type(defs[n], events.schema), True) for n in pset.names])
+    arrow_schema = to_arrow_schema(out_schema)
+    fn = functools.partial(_compute_partition, texts=pset.texts, schema=arrow_schema)
+    return map_in_log_order(source.select(*cols), list(pset.key), fn, out_schema.simpleString(),
+                            partitions)
 
 
 def compute_group(events: DataFrame, group: FeatureGroup, defs: dict[str, MetricDef],
                   partitions: int) -> DataFrame:
-    """``seq`` plus this group's metric columns, for every event of the group's stream."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    """``seq`` plus one group's metric columns (a set of one group)."""
+    return compute_set(events, PartitionSet(group.stream, group.key, (group,)), defs, partitions)
 
-    out_schema = T.StructType([T.StructField(SEQ, T.LongType(), False)] + [
-        T.StructField(n, value_type(defs[n], events.schema), True) for n in group.names])
-    source = events
-    if STREAM_COLUMN in events.columns:
-        source = source.where(F.col(STREAM_COLUMN) == group.stream)
-    cols = [TS, SEQ, *[f for f in group.fields if f not in (TS, SEQ)]]
-    missing = [c for c in cols if c not in events.columns]
-    if missing:
-        raise InvariantViolation(f"events lack columns {missing} needed by {group.names}")
-    fn = functools.partial(_compute_partition, texts=group.texts, names=group.names,
-                           schema=to_arrow_schema(out_schema))
-    return map_in_log_order(source.select(*cols), list(group.key), fn, out_schema.simpleString(),
-                            partitions)
+
+def default_partitions(events: DataFrame) -> int:
+    """Enough partitions that no engine holds more than ``events_per_partition_max`` events
+    (every event of a 392-day window stays in the engine's memory-only reservoir), and at
+    least the session's shuffle partitions."""
+    shuffle = int(events.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    n = events.count()  # Parquet answers from its footers
+    return max(shuffle, -(-n // events_per_partition_max))
 
 
 def point_in_time(events: DataFrame, definitions: Sequence[str],
                   partitions: int | None = None) -> DataFrame:
-    """Every input column plus one column per metric, one row per event (joined on ``seq``)."""
+    """Every input column plus one column per metric, one row per event.
+
+    With one partition set and no ``stream`` column the input columns ride through the
+    shuffle (no join); otherwise each set's values join the events on ``seq``."""
     events = with_seq(events)
     defs = parse_definitions(definitions)
     by_name = {d.name: d for d in defs}
@@ -175,8 +230,13 @@ def point_in_time(events: DataFrame, definitions: Sequence[str],
     if clash:
         raise InvariantViolation(f"metric names clash with event columns: {clash}")
     if partitions is None:
-        partitions = int(events.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+        partitions = default_partitions(events)
+    sets = plan_partitions(plan_groups(defs))
+    names = [d.name for d in defs]
+    if len(sets) == 1 and STREAM_COLUMN not in events.columns:
+        out = compute_set(events, sets[0], by_name, partitions, passthrough=True)
+        return out.select(*events.columns, *names)
     out = events
-    for group in plan_groups(defs):
-        out = out.join(compute_group(events, group, by_name, partitions), on=SEQ, how="left")
-    return out.select(*events.columns, *[d.name for d in defs])
+    for pset in sets:
+        out = out.join(compute_set(events, pset, by_name, partitions), on=SEQ, how="left")
+    return out.select(*events.columns, *names)

@@ -1,6 +1,9 @@
 """Parity: compare the features job's values with ``Engine.ingest`` fed the same events in order.
 
-Used by the tests (tiny) and the benchmark (small): the online engine is the reference. Two
+Used by the tests and the benchmark: :func:`compare` (offline values by ``seq`` in memory),
+:func:`compare_streams` (both sides in log order, memory flat: every value of ``small``) and
+:func:`sampled_parity` (a seeded sample of whole group keys of ``month``, fed to a fresh online
+engine). The online engine is the reference. Two
 values agree only if they are equal *and* of the same Python type (1 and 1.0 differ), so a
 rounding or a type change in the offline path counts as a mismatch.
 """
@@ -14,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from metrics_engine.engine import Engine
-from pipeline.ordering import SEQ, TS
+from pipeline.ordering import SEQ, TS, InvariantViolation
 
 examples_max = 20
 
@@ -57,3 +60,79 @@ def compare(events_in_log_order: Iterable[Mapping[str, Any]], definitions: Seque
         finally:
             engine.close()
     return report
+
+
+def compare_streams(events_in_log_order: Iterable[Mapping[str, Any]],
+                    offline_in_log_order: Iterable[Mapping[str, Any]],
+                    definitions: Sequence[str], stream: str = "payments") -> ParityReport:
+    """Like :func:`compare`, but the offline rows arrive in the same order as the events, so
+    memory stays flat in the data set's size (every value of ``small``: 405 M values)."""
+    offline_iter = iter(offline_in_log_order)
+
+    class _Next(Mapping):
+        """Hands ``compare`` the offline row of each event as it asks, checking seq."""
+
+        def __getitem__(self, seq: int) -> Mapping[str, Any]:
+            row = next(offline_iter, None)
+            if row is None or row[SEQ] != seq:
+                got = None if row is None else row[SEQ]
+                raise InvariantViolation(f"offline rows out of step: event seq {seq}, "
+                                         f"offline seq {got}")
+            return row
+
+        def __iter__(self):
+            raise NotImplementedError
+
+        def __len__(self) -> int:
+            raise NotImplementedError
+
+    report = compare(events_in_log_order, definitions, _Next(), stream)
+    if next(offline_iter, None) is not None:
+        raise InvariantViolation("more offline rows than events")
+    return report
+
+
+def key_sample(df, key: Sequence[str], fraction: float, seed: int):
+    """The rows of ``df`` whose group key falls in a seeded hash sample of ``fraction``:
+    every event of a sampled key, none of the others (so the sample holds whole groups)."""
+    from pyspark.sql import functions as F
+
+    buckets = 1_000_000
+    h = F.pmod(F.xxhash64(F.lit(seed), *[F.col(c) for c in key]), F.lit(buckets))
+    return df.where(h < F.lit(int(fraction * buckets)))
+
+
+def sampled_parity(spark, events_path: str, features_path: str, definitions: Sequence[str],
+                   events_min: int, seed: int, stream: str = "payments") -> ParityReport:
+    """Parity on a seeded sample of group keys holding at least ``events_min`` events.
+
+    A metric's value depends only on its own group's events, so every event of the sampled
+    keys, fed in log order to a fresh online engine, must get exactly the features job's
+    values. The sample is drawn per partition set (the columns its groups share), each set
+    with its own metrics; the reports add up."""
+    from pipeline.features import parse_definitions, plan_groups, plan_partitions
+
+    events = spark.read.parquet(events_path)
+    total = events.count()
+    features = spark.read.parquet(features_path)
+    total_report = ParityReport()
+    for pset in plan_partitions(plan_groups(parse_definitions(definitions))):
+        fraction, sample = min(1.0, 1.25 * events_min / max(total, 1)), None
+        for _ in range(8):  # widen until the sample is large enough (skewed keys)
+            sample = key_sample(events, pset.key, fraction, seed)
+            if fraction >= 1.0 or sample.count() >= events_min:
+                break
+            fraction = min(1.0, fraction * 2)
+        names = list(pset.names)
+        rows = (r.asDict() for r in sample.orderBy("ts", SEQ).toLocalIterator(True))
+        offline = (r.asDict() for r in features.select(SEQ, "ts", *names)
+                   .join(sample.select(SEQ), on=SEQ, how="left_semi")
+                   .orderBy("ts", SEQ).drop("ts").toLocalIterator(True))
+        report = compare_streams(rows, offline, list(pset.texts), stream)
+        total_report.events += report.events
+        total_report.values += report.values
+        total_report.mismatches += report.mismatches
+        for k, v in report.by_metric.items():
+            total_report.by_metric[k] = total_report.by_metric.get(k, 0) + v
+        total_report.examples += report.examples[: examples_max - len(total_report.examples)]
+    return total_report

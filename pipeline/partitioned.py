@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -36,13 +37,26 @@ def map_in_log_order(df: DataFrame, key_cols: Sequence[str], fn: PartitionFn, sc
 
 
 def check_log_order(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Pass batches through, raising if (ts, seq) ever goes backwards or seq is null."""
-    last = (-(1 << 63), -(1 << 63))
+    """Pass batches through, raising if (ts, seq) ever goes backwards or either is null.
+
+    Vectorized over each batch (numpy), so the check costs no Python object per event."""
+    last: tuple[int, int] | None = None
     for batch in batches:
-        ts = batch.column(batch.schema.get_field_index(TS)).to_pylist()
-        seq = batch.column(batch.schema.get_field_index(SEQ)).to_pylist()
-        for pair in zip(ts, seq, strict=True):
-            if pair[1] is None or pair[0] is None or pair < last:
-                raise InvariantViolation(f"events out of log order at (ts, seq)={pair}")
-            last = pair
+        ts_col = batch.column(batch.schema.get_field_index(TS))
+        seq_col = batch.column(batch.schema.get_field_index(SEQ))
+        if ts_col.null_count or seq_col.null_count:
+            raise InvariantViolation("events with a null ts or seq")
+        if batch.num_rows:
+            ts = ts_col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            seq = seq_col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            if last is not None:
+                ts = np.concatenate([[last[0]], ts])
+                seq = np.concatenate([[last[1]], seq])
+            dts, dseq = np.diff(ts), np.diff(seq)
+            bad = np.flatnonzero((dts < 0) | ((dts == 0) & (dseq < 0)))
+            if bad.size:
+                i = int(bad[0]) + 1
+                raise InvariantViolation(
+                    f"events out of log order at (ts, seq)={(int(ts[i]), int(seq[i]))}")
+            last = (int(ts[-1]), int(seq[-1]))
         yield batch

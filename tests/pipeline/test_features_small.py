@@ -61,3 +61,13 @@ def test_spark_values_equal_the_online_engine(spark, stream, tmp_path):
     engine.close()
     assert len(got) == len(rows)
     assert mismatches == []
+
+
+def test_groups_sharing_a_column_take_one_shuffle():
+    from pipeline.feature_sets import W1, w2
+    from pipeline.features import plan_partitions
+
+    sets = plan_partitions(plan_groups(parse_definitions(w2())))
+    assert [(s.key, len(s.names)) for s in sets] == [(("card",), 405)]
+    sets = plan_partitions(plan_groups(parse_definitions(W1 + DEFS)))
+    assert [s.key for s in sets] == [("card",), ("merchant",)]
