@@ -1,4 +1,10 @@
-"""Events and runs: the synchronous decision API used by client systems."""
+"""Events and runs: the synchronous decision API used by client systems.
+
+``POST /v1/events`` and ``POST /v1/runs/{run_id}/apps/{node_id}`` are served by
+``runner.api.hot`` whenever it can; these routes are the reference it falls back to (and the
+OpenAPI document). A check added to either must live in ``runner.operations`` or
+``runner.limits``, which both paths call, or the hot path will not make it.
+"""
 
 from __future__ import annotations
 
