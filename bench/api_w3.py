@@ -68,6 +68,7 @@ connections_per_target_max = 48
 templates_max = 50_000
 latency_us_max = 60_000_000
 P1 = {"p99_ms": 10.0, "p999_ms": 25.0}
+GENERATOR_CORE_SHARE_MAX = 0.05
 
 
 # ---------------------------------------------------------------- load generator (own process)
@@ -149,7 +150,7 @@ async def _load(targets: list[str], path: str, key: str, rate: float, duration_s
     send_end = time.perf_counter()
     await asyncio.gather(*tasks)
     # The generator's own CPU while it sent: what it took from the machine it measures.
-    cpu_s, wall_s = time.process_time() - cpu_start, time.perf_counter() - start
+    cpu_s, wall_s = time.process_time() - cpu_start, warmup_s + duration_s
     return {"hdr": base64.b64encode(hist.encode()).decode(), "errors": errors,
             "decisions": decisions, "sent": total,
             "send_lag_s": round(send_end - (start + total / rate), 3),
@@ -207,11 +208,10 @@ def run_load_native(targets: list[str], path: str, key: str, rate: float, durati
            "--tag", uuid.uuid4().hex[:8]]
     for t in targets:
         cmd += ["--target", t.removeprefix("http://")]
-    started = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
     out = proc.stdout.read()  # type: ignore[union-attr]
+    proc.stdout.close()  # type: ignore[union-attr]
     _, status, usage = os.wait4(proc.pid, 0)
-    wall_s = time.monotonic() - started
     os.unlink(f.name)
     if status != 0:
         raise RuntimeError(f"load generator failed with status {status}")
@@ -222,7 +222,8 @@ def run_load_native(targets: list[str], path: str, key: str, rate: float, durati
                              "p99_ms": ms(result["p99_us"]), "p999_ms": ms(result["p999_us"]),
                              "max_ms": ms(result["max_us"]), "min_ms": ms(result["min_us"])}
     result["generator_cpu_us_per_request"] = round(cpu_s * 1e6 / max(result["sent"], 1), 1)
-    result["generator_core_share"] = round(cpu_s / max(wall_s, 1e-9), 4)
+    # over the time the load was due (a server that falls behind stretches the wall time)
+    result["generator_core_share"] = round(cpu_s / (warmup_s + duration_s), 4)
     return result
 
 
@@ -331,6 +332,15 @@ def main(argv: list[str] | None = None) -> int:
         rt = at_max[0]["log_round_trip"]
         targets["P2_log_round_trip_p99"] = {"value": rt["p99_ms"], "unit": "ms",
                                             "target": 5.0, "met": rt["p99_ms"] <= 5.0}
+    # The generator must not compete for the CPU it measures (issue 12): its own share of a
+    # core at the highest rate run, against the 5 % the issue allows.
+    top = max((r for r in results if r["name"] == "decision API (leader)"),
+              key=lambda r: r["rate"], default=None)
+    if top:
+        targets["generator_core_share"] = {
+            "value": top["generator_core_share"], "unit": f"of a core at {top['rate']}/s",
+            "target": GENERATOR_CORE_SHARE_MAX,
+            "met": top["generator_core_share"] <= GENERATOR_CORE_SHARE_MAX}
     out = {"name": "api_w3", "quick": args.quick, "started_at": started_at,
            "machine": {"cores": os.cpu_count(), "python": platform.python_version(),
                        "load_avg_1m": os.getloadavg()[0]},
