@@ -6,25 +6,9 @@ import { forceLinting, linter, lintGutter, type Diagnostic } from "@codemirror/l
 import { EditorState } from "@codemirror/state";
 import { EditorView, keymap, placeholder } from "@codemirror/view";
 import { useEffect, useRef } from "react";
-import type { Problem, Scope } from "../model/types";
-
-const functions = ["size", "has", "int", "double", "string", "timestamp", "duration", "matches", "contains", "startsWith", "endsWith", "exists", "all", "in"];
-
-/** Completion candidates at ``path`` (the dotted words before the cursor) in ``scope``. */
-export function completeAt(scope: Scope, path: string[]): { label: string; detail?: string }[] {
-  if (path.length <= 1) {
-    return [...Object.keys(scope).map((k) => ({ label: k, detail: "record" })), ...functions.map((f) => ({ label: f, detail: "function" }))];
-  }
-  let here: unknown = scope;
-  for (const part of path.slice(0, -1)) {
-    if (here && typeof here === "object" && part in (here as object)) here = (here as Record<string, unknown>)[part];
-    else return [];
-  }
-  if (!here || typeof here !== "object") return [];
-  return Object.entries(here as Record<string, unknown>).map(([k, v]) => ({
-    label: k, detail: typeof v === "string" ? v : "record",
-  }));
-}
+import { completeAt } from "../model/completion";
+import type { Problem } from "../model/types";
+import type { Scope } from "../model/types";
 
 export function CriteriaEditor(props: {
   value: string; onChange: (v: string) => void; scope: Scope; problems: Problem[];
