@@ -101,8 +101,11 @@ def _serve_http(service, settings, overrides: dict, log_level: str) -> None:
 
     from runner.api.app import create_app
 
+    # No proxy in front of a node: no proxy-headers middleware, and no Server/Date headers to
+    # format for every answer.
     uvicorn.run(create_app(service), host=settings.host, port=settings.port, http="httptools",
-                loop="uvloop", log_level=log_level, access_log=False)
+                loop="uvloop", log_level=log_level, access_log=False, proxy_headers=False,
+                server_header=False, date_header=False)
 
 
 @demo_app.command("traffic")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -58,7 +58,8 @@ class RunRecord:
                 if v and "/" not in v and len(v.encode()) <= keys.value_bytes_max]
 
     def to_json(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        # orjson serializes a dataclass itself: no deep copy of the event and path (asdict)
+        return orjson.dumps(self)
 
     @classmethod
     def from_json(cls, raw: bytes) -> RunRecord:
