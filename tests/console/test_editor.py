@@ -129,3 +129,29 @@ def test_undo_redo_and_a_stale_draft_answers_409(page, node):
 
 def _shot(name: str) -> str:
     return shot_path(name)
+
+
+def test_edge_order_changed_by_drag_keeps_the_default_last(page, node):
+    headers = api_token(node, "manager")
+    wf = httpx.get(node["url"] + "/v1/workflows/w3_demo/versions/1", headers=headers).json()
+    wf["id"] = "w_drag"
+    assert httpx.post(node["url"] + "/v1/workflows", json=wf, headers=headers).status_code == 201
+    score = next(n for n in wf["nodes"] if n["id"] == "score")
+    ids = [e["id"] for e in score["edges"] if not e["default"]]
+    default = next(e["id"] for e in score["edges"] if e["default"])
+    assert len(ids) >= 3
+    sign_in(page, node, "manager")
+    page.goto(node["url"] + "/console/workflows/w_drag")
+    page.get_by_role("navigation", name="Nodes").get_by_role(
+        "button", name="score score", exact=True).click()
+    last = page.get_by_test_id(f"edge-row-score/{ids[-1]}").locator(".edge-order")
+    last.drag_to(page.get_by_test_id(f"edge-row-score/{ids[0]}").locator(".edge-order"))
+    moved = page.get_by_test_id(f"edge-score/{ids[-1]}")
+    expect(moved.locator(".edge-order")).to_have_text("1")
+    expect(page.get_by_test_id(f"edge-score/{default}").locator(".edge-order")).to_have_text(
+        "default")
+    page.get_by_role("button", name="Save draft").click()
+    expect(page.get_by_role("status").filter(has_text="Draft saved")).to_be_visible()
+    draft = httpx.get(node["url"] + "/v1/workflows/w_drag/draft", headers=headers).json()
+    saved = next(n for n in draft["definition"]["nodes"] if n["id"] == "score")
+    assert [e["id"] for e in saved["edges"]] == [ids[-1], *ids[:-1], default]
