@@ -141,7 +141,7 @@ def _parse_workflow(definition: dict) -> workflows.Workflow:
 
 
 async def save_draft(svc: Service, workflow_id: str, definition: dict, user: str,
-                     create: bool) -> dict:
+                     create: bool, if_match: str | None = None) -> dict:
     if definition.get("id") != workflow_id:
         raise RequestInvalid("id", f"must equal the workflow id in the path ({workflow_id})")
     exists = any(w["workflow_id"] == workflow_id for w in _read(svc, queries.workflows))
@@ -149,8 +149,10 @@ async def save_draft(svc: Service, workflow_id: str, definition: dict, user: str
         raise RequestInvalid("id", f"workflow {workflow_id} exists; edit its draft", 409)
     if not create and not exists:
         raise NotFound("workflow_id", f"no workflow {workflow_id}")
-    _, reply = await _apply(svc, entries.WORKFLOW_DRAFT_SAVED,
-                            {"workflow_id": workflow_id, "definition": definition, "by": user})
+    payload = {"workflow_id": workflow_id, "definition": definition, "by": user}
+    if if_match is not None:
+        payload["if_match"] = if_match
+    _, reply = await _apply(svc, entries.WORKFLOW_DRAFT_SAVED, payload)
     return {"workflow_id": workflow_id, "definition": definition,
             "problems": reply.result["problems"]}
 

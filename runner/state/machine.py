@@ -26,6 +26,7 @@ from runner.state.effects import (
     SendWebhook,
     StoreRun,
 )
+from runner.state.etags import draft_etag
 from runner.state.rejections import LOCAL_FAILURES, Rejected
 
 __all__ = ["Rejected", "RunnerStateMachine"]
@@ -406,6 +407,13 @@ class RunnerStateMachine:
 
     def _draft_saved(self, entry: Any, p: dict) -> list[Any]:
         wf_id, definition = p["workflow_id"], p["definition"]
+        if p.get("if_match") is not None:  # saved from an older read of the draft: refuse
+            row = self.con.execute("SELECT definition FROM workflow_drafts WHERE workflow_id = ?",
+                                   [wf_id]).fetchone()
+            current = None if row is None else draft_etag(orjson.loads(row[0]))
+            if current != p["if_match"]:
+                raise Rejected("If-Match", "the draft changed since it was read; reload it "
+                               f"(current ETag {current})", 409)
         problems = flows.validate(definition, self._known_metrics())
         self.con.execute("INSERT OR REPLACE INTO workflow_drafts VALUES (?, ?, ?, ?)",
                          [wf_id, orjson.dumps(definition).decode(), entry.ts, p.get("by")])

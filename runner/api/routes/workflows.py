@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Annotated
 
-import orjson
 from fastapi import APIRouter, Header, Query, Response
 
 from runner import operations as ops
@@ -18,8 +16,8 @@ from runner.api.models import (
     VersionPublic,
     WorkflowPublic,
 )
-from runner.errors import RequestInvalid
 from runner.state import queries
+from runner.state.etags import draft_etag
 from workflows import Workflow, WorkflowDiff
 
 router = APIRouter(prefix="/v1/workflows", tags=["workflows"])
@@ -37,10 +35,7 @@ async def create_workflow(body: WorkflowCreate, svc: Svc, user: Manager):
     return await ops.save_draft(svc, body.id, body.model_dump(mode="json"), user.name, True)
 
 
-def _etag(definition: dict) -> str:
-    """The draft's entity tag: a hash of its canonical JSON."""
-    digest = hashlib.sha256(orjson.dumps(definition, option=orjson.OPT_SORT_KEYS)).hexdigest()
-    return f'"{digest[:20]}"'
+_etag = draft_etag  # the draft's entity tag: a hash of its canonical JSON
 
 
 @router.get("/{workflow_id}/draft", response_model=DraftPublic)
@@ -58,13 +53,9 @@ async def edit_draft(workflow_id: str, body: WorkflowCreate, svc: Svc, user: Man
                      if_match: Annotated[str | None, Header(max_length=200)] = None):
     """Replace the draft. With ``If-Match`` (the ETag read), a draft changed meanwhile by
     someone else answers 409 and is left as it is."""
-    if if_match is not None and if_match.strip() != "*":
-        current = _etag(ops.get_draft(svc, workflow_id)["definition"])
-        if if_match.strip() != current:
-            raise RequestInvalid("If-Match", "the draft changed since it was read; reload it "
-                                 f"(current ETag {current})", 409)
+    expected = None if if_match is None or if_match.strip() == "*" else if_match.strip()
     saved = await ops.save_draft(svc, workflow_id, body.model_dump(mode="json"), user.name,
-                                 False)
+                                 False, if_match=expected)
     response.headers["ETag"] = _etag(saved["definition"])
     return saved
 
