@@ -188,3 +188,11 @@ def test_metrics_page_shows_syntax_errors_and_readers(page, node):
         "SELECT COUNT(*) AS ip_count_1h FROM payments GROUP BY ip RANGE 1 HOURS")
     form.get_by_role("button", name="Define").click()
     expect(table).to_contain_text("ip_count_1h")
+    expect(table.get_by_role("button", name="Drop ip_count_1h")).to_have_count(0)  # admin only
+    page.get_by_role("button", name="Sign out").click()
+    sign_in(page, node, "admin")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Metrics").click()
+    expect(table.get_by_role("button", name="Drop card_count_5m")).to_be_disabled()  # read
+    table.get_by_role("button", name="Drop ip_count_1h").click()
+    expect(page.get_by_role("status").filter(has_text="Dropped ip_count_1h")).to_be_visible()
+    expect(table).not_to_contain_text("ip_count_1h")

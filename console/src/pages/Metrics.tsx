@@ -13,6 +13,13 @@ export function Metrics() {
   const [text, setText] = useState("");
   const [error, setError] = useState("");
   const [msg, setMsg] = useState("");
+  const isAdmin = atLeast(me.data?.role, "admin");
+  async function drop(name: string) {
+    const r = await api.DELETE("/v1/metrics/{name}", { params: { path: { name } } });
+    if (!r.response.ok) { setError(errorText(r.error)); return; }
+    setError(""); setMsg(`Dropped ${name}`);
+    qc.invalidateQueries({ queryKey: ["metrics"] }); qc.invalidateQueries({ queryKey: ["metric-readers"] });
+  }
   async function define(e: React.FormEvent) {
     e.preventDefault();
     const r = await api.POST("/v1/metrics", { body: { text } });
@@ -24,10 +31,11 @@ export function Metrics() {
     <main className="page">
       <h1>Metrics</h1>
       <table className="list" aria-label="Metrics">
-        <thead><tr><th>Name</th><th>Definition</th><th>Read by</th></tr></thead>
+        <thead><tr><th>Name</th><th>Definition</th><th>Read by</th>{isAdmin && <th><span className="sr-only">Actions</span></th>}</tr></thead>
         <tbody>
           {(metrics.data ?? []).map((m) => (
-            <tr key={m.name}><td><code>{m.name}</code></td><td><code>{m.text}</code></td><td>{(readers.data?.[m.name] ?? []).join(", ") || "no workflow"}</td></tr>
+            <tr key={m.name}><td><code>{m.name}</code></td><td><code>{m.text}</code></td><td>{(readers.data?.[m.name] ?? []).join(", ") || "no workflow"}</td>
+              {isAdmin && <td><button onClick={() => void drop(m.name)} disabled={(readers.data?.[m.name] ?? []).length > 0}>Drop {m.name}</button></td>}</tr>
           ))}
         </tbody>
       </table>
