@@ -20,8 +20,6 @@ from runner.service import Service
 from runner.state import entries, queries
 from runner.state.machine import explain
 
-task_visible_polls_max = 40  # x 50 ms
-
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -223,6 +221,7 @@ async def drop_metric(svc: Service, name: str) -> dict:
 
 # ---------------------------------------------------------------- review queue
 def review_tasks(svc: Service, queue: str | None, status: str, limit: int) -> list[dict]:
+    svc.sm.sync()  # every task applied so far, not only those flushed
     return _read(svc, queries.review_tasks, queue, status, limit)
 
 
@@ -263,12 +262,8 @@ async def decide(svc: Service, run_id: str, node_id: str, user: str, outcome: st
 
 
 async def _review_task(svc: Service, run_id: str, node_id: str) -> dict:
+    await asyncio.to_thread(svc.sm.sync)  # a task just opened may still be in the row buffer
     task = _read(svc, queries.review_task, run_id, node_id)
-    for _ in range(task_visible_polls_max):  # a task just opened may not be in DuckDB yet
-        if task is not None or svc.sm.peek_run(run_id) is None:
-            break
-        await asyncio.sleep(0.05)
-        task = _read(svc, queries.review_task, run_id, node_id)
     if task is None or task["kind"] != "review":
         raise NotFound("run_id", f"no review task for run {run_id} at node {node_id}")
     return task

@@ -233,11 +233,7 @@ class Service:
                 log.exception("housekeeping round failed")
 
     def _tick_if_due(self) -> None:
-        cur = self.reader()
-        try:
-            due = queries.next_deadline(cur)
-        finally:
-            cur.close()
+        due = self.sm.next_deadline()
         if due is not None and due <= now_ms():
             self.node.submit(entries.TICK, entries.encode({}),
                              self.settings.submit_timeout_s).result()

@@ -25,7 +25,10 @@ from runner.errors import InvariantViolation
 
 log = logging.getLogger(__name__)
 
-handoff_rows_max = 256  # rows per generation before it goes to the flusher
+# Rows per generation before it goes to the flusher: one DuckDB statement per table and
+# generation costs about as much as a few hundred rows, so generations are large; readers
+# that need the newest rows call ``sync`` rather than waiting for a full generation.
+handoff_rows_max = 4096
 generations_in_flight_max = 64  # back-pressure: apply waits beyond this
 
 RUN_FIELDS = ("run_id", "event_id", "event_type", "workflow_id", "version", "state", "node_id",
@@ -39,7 +42,7 @@ TASK_FIELDS = ("run_id", "node_id", "kind", "queue", "status", "deadline_ts", "c
 OUTBOX_FIELDS = ("effect_id", "kind", "run_id", "payload", "done")
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: generations are queued and removed as objects
 class _Generation:
     runs: dict[str, tuple] = field(default_factory=dict)
     views: dict[str, dict] = field(default_factory=dict)
@@ -51,6 +54,9 @@ class _Generation:
     outbox: list[tuple] = field(default_factory=list)  # outbox rows (INSERT OR IGNORE)
     stored: dict[str, int] = field(default_factory=dict)  # run id -> offset confirmed stored
     outbox_done: list[str] = field(default_factory=list)
+    # (run id, node id, deadline or None when the task closed): kept by the state machine,
+    # never written to DuckDB (app_tasks holds the same facts)
+    timers: list[tuple[str, str, int | None]] = field(default_factory=list)
 
     def rows(self) -> int:
         return (len(self.runs) + len(self.steps) + len(self.seen) + len(self.tasks)
@@ -79,9 +85,10 @@ class RowBuffer:
 
     # ---------------------------------------------------------------- apply thread
     def absorb(self, stage: Stage) -> None:
-        """Add the rows of one applied entry (built apart, so a rejected entry adds none)."""
-        gen = self.current
+        """Add the rows of one applied entry (built apart, so a rejected entry adds none).
+        Under the lock: a reader's ``sync`` hands off whole entries only."""
         with self._lock:
+            gen = self.current
             for run_id, row in stage.runs.items():
                 if run_id not in gen.runs:
                     gen.event_runs.setdefault(row[1], []).append(run_id)
@@ -98,18 +105,25 @@ class RowBuffer:
 
     def maybe_hand_off(self) -> None:
         if self.current.rows() >= handoff_rows_max:
-            self._hand_off()
-
-    def hand_off_now(self) -> None:
-        """Send the current generation to the flusher without waiting (new app tasks)."""
-        if self.current.rows() or self.current.decisions:
-            self._hand_off()
+            with self._landed:
+                while len(self._in_flight) >= generations_in_flight_max and self.failure is None:
+                    self._landed.wait(0.5)  # back-pressure on apply only, never on readers
+                self._hand_off_locked()
 
     def flush(self) -> None:
-        """Hand off the current generation and wait until every generation is in DuckDB."""
-        self.hand_off_now()
+        """Wait until every row absorbed so far is in DuckDB (apply thread: all of them)."""
+        self.sync()
+
+    # ---------------------------------------------------------------- any thread
+    def sync(self) -> None:
+        """Make every entry absorbed so far visible in DuckDB, then return. Readers that query
+        DuckDB for rows apply just wrote (a review task, the next deadline) call this instead
+        of polling: it hands off the current generation (whole entries only) and waits."""
         with self._landed:
-            while self._in_flight and self.failure is None:
+            self._hand_off_locked()
+            last = self._in_flight[-1] if self._in_flight else None
+            while last is not None and self.failure is None and \
+                    any(g is last for g in self._in_flight):
                 self._landed.wait(0.5)
         if self.failure is not None:
             raise InvariantViolation(f"flushing to DuckDB failed: {self.failure}")
@@ -119,12 +133,13 @@ class RowBuffer:
         self._thread.join(timeout=10)
         self._cursor.close()
 
-    def _hand_off(self) -> None:
-        with self._landed:
-            while len(self._in_flight) >= generations_in_flight_max and self.failure is None:
-                self._landed.wait(0.5)
-            gen, self.current = self.current, _Generation()
-            self._in_flight.append(gen)
+    def _hand_off_locked(self) -> None:
+        """Queue the current generation (caller holds the lock, so generations stay in order)."""
+        gen = self.current
+        if not gen.rows() and not gen.decisions:
+            return
+        self.current = _Generation()
+        self._in_flight.append(gen)
         self._queue.put(gen)
 
     # ---------------------------------------------------------------- readers
@@ -159,7 +174,7 @@ class RowBuffer:
                     self._landed.notify_all()
                 return
             with self._landed:  # only now may readers stop finding the rows here
-                self._in_flight.remove(gen)
+                self._in_flight = [g for g in self._in_flight if g is not gen]
                 self._landed.notify_all()
 
 

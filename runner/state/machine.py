@@ -8,6 +8,7 @@ which see committed state only and may run on other threads.
 
 from __future__ import annotations
 
+import heapq
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,8 @@ class RunnerStateMachine:
         self._seen: dict[str, int] = {}  # every event id -> offset (dedup without a query)
         self._has_metrics = False
         self._stage = Stage()
+        self._timers: dict[tuple[str, str], int] = {}  # pending task -> its deadline
+        self._timer_heap: list[tuple[int, str, str]] = []  # (deadline, run, node), lazily pruned
         self.rejections = rejections.RejectionLog()
         self._handlers = {
             entries.EVENT_RECEIVED: self._event_received,
@@ -97,7 +100,6 @@ class RunnerStateMachine:
         if not hot:
             self.flush()  # the handler may query or update any row
             self.con.execute("BEGIN TRANSACTION")
-        self._tasks_touched = False
         self._stage = Stage()  # this entry's rows: absorbed only if it applies
         try:
             effects = handler(entry, entries.decode(entry.payload, entry.kind))
@@ -116,8 +118,6 @@ class RunnerStateMachine:
         self._applied = entry.offset
         if not hot:
             self.flush()
-        elif self._tasks_touched:
-            self._buffer.hand_off_now()  # new review tasks: visible to readers soon
         else:
             self._buffer.maybe_hand_off()
         return effects
@@ -126,7 +126,32 @@ class RunnerStateMachine:
         stage = self._stage
         for event_id, _, offset, _ in stage.seen:
             self._seen[event_id] = offset
+        if stage.timers:
+            self._set_timers(stage.timers)
         self._buffer.absorb(stage)
+
+    def _set_timers(self, changes: list[tuple[str, str, int | None]]) -> None:
+        for run_id, node, deadline in changes:
+            if deadline is None:
+                self._timers.pop((run_id, node), None)
+            else:
+                self._timers[(run_id, node)] = deadline
+                heapq.heappush(self._timer_heap, (deadline, run_id, node))
+        heap = self._timer_heap
+        while heap and self._timers.get((heap[0][1], heap[0][2])) != heap[0][0]:
+            heapq.heappop(heap)  # closed or moved since: the top is always a pending deadline
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline of a pending app or review task (any thread; no DuckDB)."""
+        heap = self._timer_heap
+        try:
+            return heap[0][0]
+        except IndexError:
+            return None
+
+    def sync(self) -> None:
+        """Make every applied entry visible to DuckDB readers (any thread; waits for it)."""
+        self._buffer.sync()
 
     def _reject(self, entry: Any, exc: Exception) -> Reply:
         """The same rejection on every replica; anything but ``Rejected`` is a bug, recorded."""
@@ -157,6 +182,10 @@ class RunnerStateMachine:
         self._applied = snapshot.restore(self.con, self.engine, Path(directory))
         self._rebuild_active()
         self._seen = dict(self.con.execute("SELECT event_id, offset_ FROM events_seen").fetchall())
+        self._timers, self._timer_heap = {}, []
+        self._set_timers(self.con.execute(
+            "SELECT run_id, node_id, deadline_ts FROM app_tasks WHERE status = 'pending' "
+            "AND deadline_ts IS NOT NULL ORDER BY run_id, node_id").fetchall())
         self._has_metrics = bool(self._known_metrics())
 
     def digest(self) -> str:
@@ -263,8 +292,8 @@ class RunnerStateMachine:
                                    orjson.dumps(step).decode(), ts))
 
     def _open_task(self, run: dict, node: str, info: Any, entry: Any) -> Any:
-        self._tasks_touched = True
         deadline = entry.ts + info.timeout_ms
+        self._stage.timers.append((run["run_id"], node, deadline))
         kind = "review" if info.kind == "review_queue" else "app"
         self._stage.tasks.append(
             (run["run_id"], node, kind, info.queue, "pending", deadline, entry.ts, None, None))
@@ -279,7 +308,6 @@ class RunnerStateMachine:
                         "metrics": run["metrics"], "scores": run["scores"]})
 
     def _webhook(self, run: dict, node: str, info: Any, entry: Any) -> SendWebhook:
-        self._tasks_touched = True
         effect_id = f"wh.{run['run_id']}.{node}"
         payload = {"run_id": run["run_id"], "node_id": node, "event": run["event"],
                    "workflow_id": run["workflow_id"], "version": run["version"],
@@ -303,6 +331,7 @@ class RunnerStateMachine:
         if task[0] != "pending":  # a late answer after a timeout or a second answer: ignored
             run = self._load_run(run_id)
             return [Reply(ok=True, runs=[run_view_of(run)], result={"ignored": task[0]})]
+        self._stage.timers.append((run_id, node, None))
         self.con.execute("UPDATE app_tasks SET status = 'done', outcome = ? "
                          "WHERE run_id = ? AND node_id = ?",
                          [orjson.dumps(result).decode(), run_id, node])
@@ -335,6 +364,7 @@ class RunnerStateMachine:
             [entry.ts, expired_per_tick_max]).fetchall()
         effects: list[Any] = []
         for run_id, node in due:
+            self._stage.timers.append((run_id, node, None))
             self.con.execute("UPDATE app_tasks SET status = 'expired' "
                              "WHERE run_id = ? AND node_id = ?", [run_id, node])
             effects += self._resume(run_id, node, {"timed_out": True}, entry)

@@ -335,3 +335,30 @@ def test_a_rejected_non_event_entry_rolls_back_its_rows(machine, monkeypatch):
     done = log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
                                              "result": {"outcome": "accept"}})
     assert next(e for e in done if isinstance(e, RunChanged)).run["decision"] == "approve"
+
+
+# --------------------------------------------------------------------- readers without polling
+def test_a_reader_syncs_to_see_a_task_just_opened_and_timers_need_no_query(tmp_path):
+    from runner.state import queries
+
+    machine = RunnerStateMachine(tmp_path / "a", engine=BruteForceW1Engine())
+    log = Log(machine)
+    setup_w3(log)
+    assert machine.next_deadline() is None
+    (run,) = reply(log.apply(entries.EVENT_RECEIVED, review_order("o-r"))).runs
+    assert machine.next_deadline() == T0 + 24 * 3600 * 1000  # kept by apply, not queried
+    machine.sync()  # what a reader does instead of polling DuckDB
+    cur = machine.reader()
+    assert queries.review_task(cur, run["run_id"], "review")["status"] == "pending"
+    cur.close()
+    writer = machine.snapshot()
+    writer.write(tmp_path / "snap")
+    writer.close()
+    log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
+                                      "result": {"outcome": "accept"}}, ts=T0 + 10)
+    assert machine.next_deadline() is None
+    restored = RunnerStateMachine(tmp_path / "b", engine=BruteForceW1Engine())
+    restored.restore(tmp_path / "snap")
+    assert restored.next_deadline() == T0 + 24 * 3600 * 1000
+    for m in (machine, restored):
+        m.close()

@@ -1,0 +1,173 @@
+"""CPU per order of the state machine's apply alone, as a follower does it (P7's follower half).
+
+A follower's share of an order is: decode the entry, apply it (dedup, metrics, runs, the walk,
+the rows for DuckDB), and later the flusher thread's insert of those rows, plus the leader's
+batched ``EffectsDone`` confirmations. This runs exactly that in one process, with the real
+metrics engine, W1's metrics and the W3 workflow (built-in demo scorer), over seeded synthetic
+orders, and reports process CPU time (every thread, the flusher included) per order. The
+metrics engine's ``ingest`` of the same orders is measured alone beside it, so the table says
+how much of apply is the engine. No HTTP, no log I/O: ``bench/api_cost.py`` measures those.
+
+    .venv/bin/python bench/apply_cost.py              # 50,000 orders x 3 repeats
+    .venv/bin/python bench/apply_cost.py --quick      # a glance (noisy)
+    .venv/bin/python bench/apply_cost.py --profile    # where the CPU goes (cProfile, top 25)
+
+Target P7 (follower half): <= 120 us CPU per order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.harness import Report, spread  # noqa: E402
+from replog.entry import Entry  # noqa: E402
+from runner.demo import W1_METRICS, OrderGenerator, w3_definition  # noqa: E402
+from runner.state import entries  # noqa: E402
+from runner.state.machine import RunnerStateMachine  # noqa: E402
+
+T0 = 1_700_000_000_000
+confirm_every_orders = 500  # the leader confirms stored runs in batches (one entry per batch)
+warmup_orders = 2_000
+
+
+class Feed:
+    """Encoded log records, as a follower reads them, with increasing offsets and times."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, bytes]] = []
+        self.offset = 0
+
+    def add(self, kind: str, payload: dict, ts: int) -> None:
+        raw = Entry(self.offset, 1, ts, kind, entries.encode(payload)).encode()
+        self.records.append((self.offset, raw))
+        self.offset += 1
+
+
+def build_feed(orders: int, seed: int) -> tuple[Feed, int, list[dict]]:
+    """Setup entries, warm-up orders, measured orders (with batched confirmations)."""
+    feed = Feed()
+    for text in W1_METRICS:
+        feed.add(entries.METRIC_DEFINED, {"text": text}, T0)
+    definition = w3_definition()
+    feed.add(entries.WORKFLOW_PUBLISHED, {"workflow_id": definition["id"],
+                                          "definition": definition}, T0)
+    gen = OrderGenerator(seed=seed)
+    datas = []
+    pending: list[list] = []
+    for i in range(warmup_orders + orders):
+        order = gen.order()
+        datas.append(order["data"])
+        ts = T0 + i * 20  # 50 orders/s of event time: windows fill and evict
+        feed.add(entries.EVENT_RECEIVED, order, ts)
+        pending.append([f"r.{order['event_id']}.w3_demo", feed.offset - 1])
+        if len(pending) == confirm_every_orders:
+            feed.add(entries.EFFECTS_DONE, {"stored": pending, "outbox": []}, ts)
+            pending = []
+    measured_from = next(i for i, (_, raw) in enumerate(feed.records)
+                         if Entry.decode(raw).kind == entries.EVENT_RECEIVED) + warmup_orders
+    return feed, measured_from, datas
+
+
+def run_apply(feed: Feed, measured_from: int,
+              profile: bool) -> tuple[float, float, float, str]:
+    """(CPU us per order, of which the apply thread's, wall us per order, profile text) of
+    decode + apply + flush."""
+    scratch = Path(tempfile.mkdtemp(prefix="railflow-apply-cost-"))
+    sm = RunnerStateMachine(scratch / "node")
+    try:
+        for offset, raw in feed.records[:measured_from]:
+            sm.apply(Entry.decode(raw, offset))
+        sm.flush()
+        measured = feed.records[measured_from:]
+        orders = sum(1 for _, raw in measured if b"EventReceived" in raw[:64])
+        prof = cProfile.Profile() if profile else None
+        cpu0, wall0 = time.process_time_ns(), time.perf_counter_ns()
+        thread0 = time.thread_time_ns()
+        if prof is not None:
+            prof.enable()
+        for offset, raw in measured:
+            sm.apply(Entry.decode(raw, offset))
+        thread = time.thread_time_ns() - thread0
+        sm.flush()  # the flusher thread's inserts are part of the cost
+        if prof is not None:
+            prof.disable()
+        cpu, wall = time.process_time_ns() - cpu0, time.perf_counter_ns() - wall0
+        text = ""
+        if prof is not None:
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+            text = out.getvalue()
+        return cpu / orders / 1000, thread / orders / 1000, wall / orders / 1000, text
+    finally:
+        sm.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def run_engine_alone(datas: list[dict]) -> float:
+    """CPU us per order of the metrics engine's ingest of the same orders (no apply)."""
+    from metrics_engine import Engine
+
+    scratch = Path(tempfile.mkdtemp(prefix="railflow-engine-cost-"))
+    engine = Engine(scratch / "engine")
+    try:
+        for text in W1_METRICS:
+            engine.define(text)
+        for i, data in enumerate(datas[:warmup_orders]):
+            engine.ingest("payments", data, T0 + i * 20)
+        cpu0 = time.process_time_ns()
+        for i, data in enumerate(datas[warmup_orders:], start=warmup_orders):
+            engine.ingest("payments", data, T0 + i * 20)
+        return (time.process_time_ns() - cpu0) / (len(datas) - warmup_orders) / 1000
+    finally:
+        engine.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--orders", type=int, default=None)
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--profile", action="store_true", help="print a cProfile of one repeat")
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args()
+    orders = args.orders or (5_000 if args.quick else 50_000)
+    repeats = args.repeats or (1 if args.quick else 3)
+    report = Report("apply_cost", args.quick)
+    feed, measured_from, datas = build_feed(orders, args.seed)
+    cpu, on_thread, wall, engine = [], [], [], []
+    for _ in range(repeats):
+        c, t, w, _ = run_apply(feed, measured_from, profile=False)
+        cpu.append(c)
+        on_thread.append(t)
+        wall.append(w)
+        engine.append(run_engine_alone(datas))
+    report.add(what="follower apply (decode+apply+flush)", orders=orders, repeats=repeats,
+               cpu_us_per_order=spread(cpu), wall_us_per_order=spread(wall))
+    report.add(what="  on the apply thread", orders=orders, repeats=repeats,
+               cpu_us_per_order=spread(on_thread))
+    report.add(what="    metrics engine ingest (alone)", orders=orders, repeats=repeats,
+               cpu_us_per_order=spread(engine))
+    report.add(what="  other threads (DuckDB flush)", orders=orders, repeats=repeats,
+               cpu_us_per_order=spread([c - t for c, t in zip(cpu, on_thread, strict=True)]))
+    report.target("P7-follower-apply", spread(cpu)["median"], "us CPU/order", 120,
+                  higher_is_better=False,
+                  note="apply alone; bench/api_cost.py adds consume and HTTP")
+    report.write(["what", "orders", "repeats", "cpu_us_per_order", "wall_us_per_order"])
+    if args.profile:
+        *_, text = run_apply(feed, measured_from, profile=True)
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
