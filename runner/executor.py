@@ -53,7 +53,7 @@ class EffectExecutor:
         self._counters = counters
         self._app_urls = app_urls
         self._secrets = secrets
-        self._queue: queue.Queue[dict] = queue.Queue(store_queue_runs_max)
+        self._queue: queue.Queue[StoreRun] = queue.Queue(store_queue_runs_max)
         self._lock = threading.Lock()
         self._stored: dict[str, int] = {}
         self._outbox_done: set[str] = set()
@@ -78,7 +78,7 @@ class EffectExecutor:
             if not leader:
                 continue
             if isinstance(effect, StoreRun):
-                self._queue.put(effect.record)  # blocks only when far behind: back-pressure
+                self._queue.put(effect)  # blocks only when far behind: back-pressure
             elif isinstance(effect, CallApp):
                 asyncio.run_coroutine_threadsafe(self._call_app(effect), self._loop)
             elif isinstance(effect, SendWebhook):
@@ -118,7 +118,7 @@ class EffectExecutor:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            records = [RunRecord(**r) for r in batch]
+            records = [RunRecord(**e.record) for e in batch]  # built here, off the apply thread
             delay_ms = 50
             while self._running:
                 try:

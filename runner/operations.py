@@ -18,7 +18,7 @@ from runner.errors import NotFound, RequestInvalid
 from runner.runstore.base import RunRecord
 from runner.service import Service
 from runner.state import entries, queries
-from runner.state.machine import explain
+from runner.state.machine import explain, presented
 
 
 def _now_ms() -> int:
@@ -75,7 +75,7 @@ async def receive_event(svc: Service, event: dict, deadline_ms: int | None,
         payload = _encode(event)
     limits.check_event(event["event_id"], event["data"], payload)
     _, reply = await _apply(svc, entries.EVENT_RECEIVED, event, payload)
-    runs = await svc.wait_runs(reply.runs, deadline_at)
+    runs = [presented(r) for r in await svc.wait_runs(reply.runs, deadline_at)]
     svc.telemetry.count_decisions(runs)
     svc.telemetry.event_latency.observe((_now_ms() - deadline_at + deadline_ms) / 1000)
     return {"event_id": event["event_id"], "offset": reply.result["offset"],
@@ -85,7 +85,7 @@ async def receive_event(svc: Service, event: dict, deadline_ms: int | None,
 def get_run(svc: Service, run_id: str) -> dict:
     run = svc.sm.peek_run(run_id) or _read(svc, queries.run, run_id)
     if run is not None:
-        return run
+        return presented(run)
     stored = svc.run_store.get(run_id)
     if stored is None:
         raise NotFound("run_id", f"no run {run_id}")
@@ -98,7 +98,7 @@ def event_runs(svc: Service, event_id: str) -> list[dict]:
         runs = _read(svc, queries.runs_for_event, event_id)
     if runs is None:
         raise NotFound("event_id", f"no event {event_id}")
-    return runs
+    return [presented(r) for r in runs]
 
 
 def lookup_runs(svc: Service, kind: str, value: str, limit: int) -> list[dict]:
@@ -127,7 +127,7 @@ async def app_completed(svc: Service, run_id: str, node_id: str, result: dict,
                                        f"{limits.event_bytes_max}", 413)
     limits.check_fields(result, "result")
     _, reply = await _apply(svc, entries.APP_COMPLETED, payload, raw)
-    return reply.runs[0]
+    return presented(reply.runs[0])
 
 
 # ---------------------------------------------------------------- workflows

@@ -29,9 +29,16 @@ class RunChanged:
 
 @dataclass(frozen=True)
 class StoreRun:
-    """Write this version of the run to the run store (a ``RunRecord`` as a dict)."""
+    """Write this version of the run to the run store. Holds the run as apply left it (never
+    changed afterwards); the ``RunRecord`` dict is built only where the store is written."""
 
-    record: dict[str, Any]
+    run: dict[str, Any]
+
+    @property
+    def record(self) -> dict[str, Any]:
+        from runner.state.machine import record_of
+
+        return record_of(self.run)
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,7 @@ class RunnerStateMachine:
             effects += self._walk(run, compiled, entry)
             view = run_view_of(run)
             self._save_run(run, view)
-            effects.append(StoreRun(record_of(run)))
+            effects.append(StoreRun(run))
             views.append(view)
         return [Reply(ok=True, runs=views, result={"duplicate": False, "offset": entry.offset}),
                 *effects]
@@ -353,7 +353,7 @@ class RunnerStateMachine:
         self._save_run(run, view)
         out: list[Any] = [RunChanged(view)]
         if run["state"] == "decided":
-            out.append(StoreRun(record_of(run)))
+            out.append(StoreRun(run))
         return out + effects
 
     def _tick(self, entry: Any, p: dict) -> list[Any]:
@@ -415,7 +415,7 @@ class RunnerStateMachine:
                                     "WHERE stored_offset < offset_ ORDER BY run_id").fetchall():
             run = run_dict(row)
             run["path"] = steps_of(self.con, run["run_id"])
-            effects.append(StoreRun(record_of(run)))
+            effects.append(StoreRun(run))
         for run_id, node in self.con.execute(
                 "SELECT run_id, node_id FROM app_tasks WHERE status = 'pending' AND kind = 'app' "
                 "ORDER BY run_id, node_id").fetchall():
@@ -584,15 +584,23 @@ def explain(path: list[dict]) -> list[str]:
 
 
 def run_view_of(run: dict) -> dict:
-    """The public shape of a run (the API's ``RunPublic``)."""
+    """The shape of a run readers get (the API's ``RunPublic`` but its ``explanation``, which
+    ``presented`` adds when a reader asks: apply builds no presentation)."""
     return {
         "run_id": run["run_id"], "event_id": run["event_id"], "workflow_id": run["workflow_id"],
         "workflow_version": run["version"], "state": run["state"], "decision": run["decision"],
         "node_id": run["node_id"], "waiting_for": run["waiting_for"], "path": run["path"],
-        "explanation": explain(run["path"]), "metrics": run["metrics"],
+        "metrics": run["metrics"],
         "scores": run["scores"], "apps": run["apps"], "offset": run["offset"],
         "started_ts": run["started_ts"], "updated_ts": run["updated_ts"],
     }
+
+
+def presented(view: dict) -> dict:
+    """The view as the API answers it: with one sentence per step saying why."""
+    if "explanation" in view:
+        return view
+    return {**view, "explanation": explain(view["path"])}
 
 
 def run_view(row: tuple, con: duckdb.DuckDBPyConnection | None = None) -> dict:

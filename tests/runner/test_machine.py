@@ -11,7 +11,7 @@ from runner.demo import W1_METRICS, w3_definition
 from runner.scoring import demo_score
 from runner.state import entries
 from runner.state.effects import CallApp, EnqueueReview, Reply, RunChanged, StoreRun
-from runner.state.machine import RunnerStateMachine
+from runner.state.machine import RunnerStateMachine, presented
 from tests.runner.fakes import BruteForceW1Engine
 
 T0 = 1_700_000_000_000
@@ -67,7 +67,8 @@ def test_low_score_order_is_approved_with_path_and_metrics(machine):
     assert run["state"] == "decided" and run["decision"] == "approve"
     assert [s["node_id"] for s in run["path"]] == ["event", "score"]
     assert run["metrics"] == {"card_count_5m": 1, "card_sum_5m": 1000, "merchant_avg_5m": 1000.0}
-    assert "approve_otherwise" in run["explanation"][-1]
+    assert "explanation" not in run  # presentation is built when a reader asks, not in apply
+    assert "approve_otherwise" in presented(run)["explanation"][-1]
     stored = [e for e in effects if isinstance(e, StoreRun)]
     assert len(stored) == 1 and stored[0].record["decision"] == "approve"
 
