@@ -4,11 +4,12 @@ Input is one row per event with the event's fields, its point-in-time metrics (o
 metric name the workflow reads, as written by the features job) and its recorded scores (one
 column ``score_<name>`` per score name). Outside work whose answer history holds is read from
 ``app_<node_id>_<output>`` columns (e.g. ``app_review_outcome``). Nothing is guessed: a run that
-reaches a score absent from history stops as ``missing_score``, a run that reaches an app,
-review or webhook whose answer history does not hold stops as ``needs_app_answer``.
+reaches a score absent from history stops as ``missing_score``, a run that reaches an app or
+review whose answer history does not hold stops as ``needs_app_answer``. A webhook is never
+waited for, as in production: its node reads ``status_code`` 0 unless history holds one.
 
-Each event is walked with :func:`workflows.advance` (which calls :func:`workflows.step` node by
-node), so the backtest takes exactly the edges the runner would. Optionally a ``base`` version
+Each event is walked with :func:`workflows.advance`, the one walk the runner's apply uses too,
+so the backtest takes exactly the edges the runner would. Optionally a ``base`` version
 (e.g. the published one) is walked for the same event in the same pass, and the summary says
 how many orders change decision and to what. Callers: :func:`backtest` returns the per-event
 DataFrame; :func:`summarize` turns it into a JSON-ready summary.

@@ -42,7 +42,17 @@ from workflows.model import (
     workflow_json_schema,
 )
 from workflows.outside import OutsideWork
-from workflows.step import EdgeTrial, StepContext, StepResult, Walk, advance, step, step_default
+from workflows.step import (
+    WEBHOOK_SENT,
+    EdgeTrial,
+    StepContext,
+    StepResult,
+    Walk,
+    advance,
+    step,
+    step_default,
+    timed_out,
+)
 from workflows.validate import validate
 from workflows.versions import PublishedVersion, WorkflowStore
 
@@ -51,7 +61,7 @@ __all__ = [
     "DecisionAction", "DecisionNode", "Edge", "EdgeTrial", "EventNode", "InvariantViolation",
     "Node", "ORDER_EVENT_SCHEMA", "OUTSIDE_KINDS", "OutsideWork", "Problem", "PublishedVersion",
     "ReviewQueueNode", "ScoreNode", "StepContext", "StepResult", "UnknownNode", "UnknownVersion",
-    "Walk", "WebhookNode", "Workflow", "WorkflowDiff", "WorkflowInvalid", "WorkflowStore",
-    "advance", "compile_criterion", "compile_version", "default_event_schema", "diff", "step",
-    "step_default", "validate", "workflow_json_schema",
+    "WEBHOOK_SENT", "Walk", "WebhookNode", "Workflow", "WorkflowDiff", "WorkflowInvalid",
+    "WorkflowStore", "advance", "compile_criterion", "compile_version", "default_event_schema",
+    "diff", "step", "step_default", "timed_out", "validate", "workflow_json_schema",
 ]

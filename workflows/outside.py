@@ -46,10 +46,11 @@ class OutsideWork:
         return problems
 
     def is_done(self, scores: object, apps: object) -> bool:
-        """True when the context already holds this node's output (so a walk may pass it)."""
-        if self.kind == "score":
-            return all(s in scores for s in self.scores)  # type: ignore[operator]
-        return self.node_id in apps  # type: ignore[operator]
+        """True when the context already holds this node's output (so a walk may pass it): the
+        node's answer in ``apps``, or for a score node every one of its scores."""
+        if self.node_id in apps:  # type: ignore[operator]
+            return True
+        return self.kind == "score" and all(s in scores for s in self.scores)  # type: ignore[operator]
 
 
 def _has_type(value: Any, type_name: str) -> bool:

@@ -10,13 +10,15 @@ goes on to the next edge, so a run always ends on the default edge at worst.
 Context: ``event`` (dict), ``scores`` (name -> number), ``metrics`` (name -> number), ``apps``
 (node id -> dict of outputs; a review node's includes ``outcome``). Integer scores and metrics
 are read as doubles, so criteria compare them with ``scores.x > 80`` or ``> 80.0`` alike.
-The runner and the backtest both call this; :func:`advance` walks several steps at once.
+:func:`advance` is the only walk: the runner's apply and the backtest both call it, so both
+take the same edges, webhooks included.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 from workflows.activation import StepContext, activation
@@ -94,22 +96,47 @@ class Walk:
     node_id: str  # where the walk stopped: a decision or a node waiting for outside work
     decision: Decision | None
     waiting: OutsideWork | None
+    # webhooks passed on the way, in order: the walk never waits for one (fire and forget);
+    # its node reads ``apps.<node>.status_code`` as WEBHOOK_SENT unless the context has one
+    webhooks: tuple[OutsideWork, ...] = ()
+
+
+WEBHOOK_SENT: Mapping[str, Any] = MappingProxyType({"status_code": 0})  # not awaited
+
+
+def timed_out(output: Mapping[str, Any] | None) -> bool:
+    """True for the output the runner records when an app or review passed its deadline."""
+    return bool(output) and output.get("timed_out") is True  # type: ignore[union-attr]
 
 
 def advance(version: CompiledWorkflow, context: StepContext | Mapping[str, Any],
             from_node: str | None = None) -> Walk:
-    """Step from ``from_node`` (the root by default) until a decision, or a node whose outside
-    work is not yet in the context (its output absent). Passing a node whose output is present
-    lets the backtest supply scores and app outputs up front."""
+    """The one walk, used by the runner and the backtest alike: step from ``from_node`` (the
+    root by default) until a decision, or a node whose outside work has no output in the
+    context yet. Outside work is done when its node is in ``apps`` (a score node also when all
+    its scores are in ``scores``), so the backtest can supply history up front. A webhook is
+    never waited for. A node whose output says ``timed_out`` takes its default edge."""
     ctx = StepContext.of(context)
     node_id = version.root if from_node is None else from_node
     steps: list[StepResult] = []
+    webhooks: list[OutsideWork] = []
     while len(steps) < steps_per_walk_max:
         node = version.node(node_id)
         if node.decision is not None:
-            return Walk(tuple(steps), node_id, node.decision, None)
-        if node.outside is not None and not node.outside.is_done(ctx.scores, ctx.apps):
-            return Walk(tuple(steps), node_id, None, node.outside)
+            return Walk(tuple(steps), node_id, node.decision, None, tuple(webhooks))
+        out = node.outside
+        if out is not None:
+            output = ctx.apps.get(node_id)
+            if out.kind == "webhook" and output is None:
+                webhooks.append(out)
+                ctx = replace(ctx, apps={**ctx.apps, node_id: WEBHOOK_SENT})
+            elif timed_out(output):
+                result = step_default(version, node_id)
+                steps.append(result)
+                node_id = result.next_node_id
+                continue
+            elif not out.is_done(ctx.scores, ctx.apps):
+                return Walk(tuple(steps), node_id, None, out, tuple(webhooks))
         result = step(version, node_id, ctx)
         steps.append(result)
         node_id = result.next_node_id

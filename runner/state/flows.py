@@ -11,7 +11,7 @@ from typing import Any
 
 import workflows
 from runner.scoring import BUILTIN_DEMO, demo_score
-from workflows import CompiledWorkflow, OutsideWork, StepResult, WorkflowInvalid
+from workflows import CompiledWorkflow, OutsideWork, Walk, WorkflowInvalid
 
 
 class Invalid(ValueError):
@@ -81,10 +81,10 @@ def context(run: dict) -> dict[str, Any]:
             "apps": run["apps"]}
 
 
-def step(compiled: CompiledWorkflow, node_id: str, ctx: dict[str, Any]) -> StepResult:
-    return workflows.step(compiled, node_id, ctx)
+WEBHOOK_SENT = workflows.WEBHOOK_SENT  # what a webhook node's output reads: not awaited
 
 
-def default_step(compiled: CompiledWorkflow, node_id: str) -> StepResult:
-    """The step a timed-out node takes: its default edge, whatever its criteria would say."""
-    return workflows.step_default(compiled, node_id)
+def advance(compiled: CompiledWorkflow, ctx: dict[str, Any], node_id: str) -> Walk:
+    """The one walk (``workflows.advance``): the backtest walks with it too. A node whose
+    output says ``timed_out`` takes its default edge, whatever its criteria would say."""
+    return workflows.advance(compiled, ctx, node_id)

@@ -251,36 +251,36 @@ class RunnerStateMachine:
 
     # ----------------------------------------------------------------- the walk
     def _walk(self, run: dict, compiled: Any, entry: Any) -> list[Any]:
-        """Walk from ``run['node_id']`` until a decision or a node that needs outside work."""
+        """Walk from ``run['node_id']`` with the one walk of ``workflows`` (the backtest's too)
+        until a decision or outside work; a built-in score is answered here and walked on."""
         effects: list[Any] = []
-        node = run["node_id"]
-        for _ in range(steps_per_run_max):
-            work = flows.outside(compiled, node)
-            if work is not None and node not in run["apps"]:
-                if flows.is_builtin_scorer(work):
-                    result = flows.builtin_result(work, run["event"]["data"])
-                    run["apps"][node] = result
-                    run["scores"].update(result)
-                elif work.kind == "webhook":
-                    effects.append(self._webhook(run, node, work, entry))
-                    run["apps"][node] = {"status_code": 0}  # fire and forget: not awaited
-                else:
-                    effects.append(self._open_task(run, node, work, entry))
-                    run["state"], run["node_id"] = "waiting", node
-                    run["waiting_for"] = "review" if work.kind == "review_queue" else "app"
-                    return effects
-            if run["apps"].get(node, {}).get("timed_out"):
-                result = flows.default_step(compiled, node)
-            else:
-                result = flows.step(compiled, node, flows.context(run))
-            self._record_step(run, result, entry.ts)
-            node = run["node_id"] = result.next_node_id
-            if result.decision is not None:
-                run["state"], run["decision"] = "decided", result.decision.action
+        for _ in range(steps_per_run_max):  # each round passes at least one node
+            walk = flows.advance(compiled, flows.context(run), run["node_id"])
+            before = [s["node_id"] for s in run["path"]]
+            for result in walk.steps:
+                self._record_step(run, result, entry.ts)
+            for work in walk.webhooks:  # fired on the way, never awaited
+                at = next(i for i, s in enumerate(walk.steps) if s.next_node_id == work.node_id)
+                path = before + [s.node_id for s in walk.steps[:at + 1]]
+                effects.append(self._webhook(run, work.node_id, work, path))
+                run["apps"][work.node_id] = dict(flows.WEBHOOK_SENT)
+            node = run["node_id"] = walk.node_id
+            if walk.decision is not None:
+                run["state"], run["decision"] = "decided", walk.decision.action
                 self._stage.decisions[run["run_id"]] = (
-                    run["run_id"], result.decision.action, entry.ts, entry.offset)
+                    run["run_id"], walk.decision.action, entry.ts, entry.offset)
                 return effects
-        raise InvariantViolation(f"run {run['run_id']} exceeded {steps_per_run_max} steps")
+            work = walk.waiting
+            if flows.is_builtin_scorer(work):
+                result = flows.builtin_result(work, run["event"]["data"])
+                run["apps"][node] = result
+                run["scores"].update(result)
+                continue
+            effects.append(self._open_task(run, node, work, entry))
+            run["state"] = "waiting"
+            run["waiting_for"] = "review" if work.kind == "review_queue" else "app"
+            return effects
+        raise InvariantViolation(f"run {run['run_id']} exceeded {steps_per_run_max} walks")
 
     def _record_step(self, run: dict, result: Any, ts: int) -> None:
         seq = len(run["path"])
@@ -307,11 +307,11 @@ class RunnerStateMachine:
                        {"run_id": run["run_id"], "node_id": node, "event": run["event"],
                         "metrics": run["metrics"], "scores": run["scores"]})
 
-    def _webhook(self, run: dict, node: str, info: Any, entry: Any) -> SendWebhook:
+    def _webhook(self, run: dict, node: str, info: Any, path: list[str]) -> SendWebhook:
         effect_id = f"wh.{run['run_id']}.{node}"
         payload = {"run_id": run["run_id"], "node_id": node, "event": run["event"],
                    "workflow_id": run["workflow_id"], "version": run["version"],
-                   "scores": run["scores"], "path": [s["node_id"] for s in run["path"]]}
+                   "scores": run["scores"], "path": path}
         self._stage.outbox.append(
             (effect_id, "webhook", run["run_id"],
              orjson.dumps({"url": info.url, "secret_ref": info.secret_ref,

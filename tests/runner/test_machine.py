@@ -327,7 +327,7 @@ def test_a_rejected_non_event_entry_rolls_back_its_rows(machine, monkeypatch):
     def broken(*_args, **_kwargs):
         raise RuntimeError("bug in the walk")
 
-    monkeypatch.setattr(flows, "step", broken)
+    monkeypatch.setattr(flows, "advance", broken)
     bad = reply(log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
                                                   "result": {"outcome": "accept"}}))
     assert not bad.ok and "bug in the walk" in bad.error
