@@ -37,7 +37,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node(tmp_path_factory):
     """A real embedded node with users analyst, manager, admin and a client key."""
     assert (DIST / "index.html").is_file(), f"console bundle missing at {DIST}: run `make console`"
@@ -74,7 +74,9 @@ def node(tmp_path_factory):
     thread.join(timeout=20)
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API keeps an event loop running in the main
+# thread while it is open, which breaks every later asyncio test of the session.
+@pytest.fixture(scope="package")
 def browser():
     assert CHROMIUM.exists(), "Chromium missing: `make browser` installs Debian's chromium"
     assert AXE.exists(), f"axe-core missing at {AXE}: run `make console`"
