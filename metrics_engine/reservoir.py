@@ -1,10 +1,11 @@
 """The event reservoir: per stream, events in chunks; closed chunks compressed on disk.
 
-Events go into an open in-memory chunk. When its serialized size reaches
-``chunk_bytes_target`` the chunk closes, becomes immutable, and a background writer compresses
-it (zstd) and appends it to the stream's current segment file (which rolls at
-``segment_bytes_max``), then fsyncs. Until then the closed chunk stays in memory, so readers
-never wait for the disk and asynchronous writes never change what they read.
+Events go into an open in-memory chunk (the native core appends them with their JSON, see
+``StreamCore.ingest``; ``append`` does the same in Python when a stream is reopened). When
+its serialized size reaches ``chunk_bytes_target`` the chunk closes, becomes immutable, and a
+background writer compresses it (zstd) and appends it to the stream's current segment file
+(which rolls at ``segment_bytes_max``), then fsyncs. Until then the closed chunk stays in
+memory, so readers never wait for the disk and asynchronous writes never change what they read.
 
 Readers (``Cursor`` in plan.py) walk chunks in order by number and ask for the next chunk to be
 prefetched by a background thread before they need it. ``trim(floor)`` forgets chunks that end
@@ -44,7 +45,7 @@ CHUNK_BYTES_TARGET = 64 * 1024
 SEGMENT_BYTES_MAX = 64 * 1024 * 1024
 PENDING_CHUNKS_MAX = 256  # closed chunks waiting for the writer before ingest blocks
 DECODED_CHUNKS_MAX = 64  # decoded chunks kept for readers that share a chunk
-ZSTD_LEVEL = 3
+ZSTD_LEVEL = 1  # the fastest level: compression is CPU the ingest path pays for
 
 HEADER = struct.Struct("<4sQIII")
 MAGIC = b"RFC1"

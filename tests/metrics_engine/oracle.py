@@ -9,6 +9,15 @@ from metrics_engine.language import MetricDef
 from metrics_engine.predicates import compile_expr
 
 
+def canon(v):
+    """The grouping rule: numbers by value (1 == 1.0), booleans apart from numbers."""
+    if type(v) is bool:
+        return ("bool", v)
+    if type(v) in (int, float):
+        return ("num", v)
+    return v
+
+
 def _num(v):
     return (type(v) is int or type(v) is bool or (type(v) is float and math.isfinite(v)))
 
@@ -64,7 +73,7 @@ def aggregate(func: str, field, predicate, rows, t):
         raw = [v for v in vals if _num(v)]
         return (min(raw) if func == "min" else max(raw)) if raw else None
     if func == "count_distinct":
-        return len({v for v in vals if v is not None})
+        return len({canon(v) for v in vals if v is not None})
     if func == "oldest":
         nn = [v for v in vals if v is not None]
         return nn[0] if nn else None
@@ -83,8 +92,8 @@ def key_of(d: MetricDef, ev):
     if not d.group_by:
         return ()
     if len(d.group_by) == 1:
-        return ev.get(d.group_by[0])
-    return tuple(ev.get(f) for f in d.group_by)
+        return canon(ev.get(d.group_by[0]))
+    return tuple(canon(ev.get(f)) for f in d.group_by)
 
 
 def expected(d: MetricDef, events: list[tuple[int, dict]]) -> list:

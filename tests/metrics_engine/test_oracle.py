@@ -34,7 +34,7 @@ amounts = st.one_of(st.integers(-50, 100), st.integers(10**15, 10**15 + 5),
                     st.sampled_from([1e9 + 0.1, 1e9 + 0.3, 1e9 - 0.7]), st.none())
 event = st.fixed_dictionaries({
     "dt": st.sampled_from([0, 0, 1, 999, 1000, 1000, 1000, 2000, 3000, 5000, 7000, -500]),
-    "card": st.sampled_from(["a", "b", "c"]),
+    "card": st.sampled_from(["a", "b", "c", 1, 1.0, True]),  # 1 and 1.0 are one key
     "channel": st.sampled_from(["cnp", "cp"]),
     "merchant": st.one_of(st.sampled_from(["m1", "m2", "m3", "m4"]), st.none()),
     "amount": amounts,

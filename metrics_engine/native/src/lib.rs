@@ -2,12 +2,13 @@
 //! states and finalizers, driven by a plan that Python lowers and sends (see plan.rs).
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
-//! (lowered scalars, strings, bytes), `aggregations` (the monoids), `keyed` (group keys to
+//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `aggregations` (the monoids), `keyed` (group keys to
 //! ids to states), `window` (cursors), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
 
 mod aggregations;
+mod json;
 mod keyed;
 mod num;
 mod plan;

@@ -8,7 +8,7 @@
 //! events from the reservoir's chunks), then finalizes every metric of the stream.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
 use crate::aggregations::{lower as finalize, Func, Kind, State};
@@ -148,6 +148,8 @@ pub struct StreamCore {
     strings: Interner,
     cur: Row,
     tmp: Row,
+    blob: Vec<u8>,
+    chunk_bytes_target: i64,
 }
 
 impl StreamCore {
@@ -175,7 +177,7 @@ impl StreamCore {
                     Err(e) => {
                         let why = match e {
                             LowerError::NotScalar(t) => format!("holds a {t}, not a scalar"),
-                            LowerError::OutOfRange => "holds an integer out of range".to_string(),
+                            LowerError::OutOfRange => "holds an integer outside 64 bits".to_string(),
                         };
                         let msg = format!("field {:?} {why} (group keys and aggregated values \
                                            are strings, numbers, booleans or null)", f.to_str()?);
@@ -189,6 +191,35 @@ impl StreamCore {
             row.preds[i] = p.bind(py).call1((ev,))?.is_truthy()?;
         }
         Ok(())
+    }
+
+    fn input_error(&self, py: Python<'_>, field: &str, why: &str) -> PyErr {
+        let msg = format!("field {field:?} {why}");
+        match self.input_error.bind(py).call1((msg, field)) {
+            Ok(e) => PyErr::from_value(e),
+            Err(e) => e,
+        }
+    }
+
+    /// The reservoir's `append`, natively: the event joins the open chunk (its JSON is
+    /// already in `self.blob`); the chunk closes when it reaches its target size.
+    fn append(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>, ts: i64, event: &Bound<'_, PyAny>)
+              -> PyResult<u64> {
+        use pyo3::intern;
+        let pos: u64 = res.getattr(intern!(py, "next_pos"))?.extract()?;
+        let item = PyTuple::new(py, [ts.into_pyobject(py)?.into_any(), event.clone()])?;
+        res.getattr(intern!(py, "open_events"))?.downcast_into::<PyList>()?.append(item)?;
+        res.getattr(intern!(py, "open_blobs"))?.downcast_into::<PyList>()?
+            .append(PyBytes::new(py, &self.blob))?;
+        let open_bytes: i64 = res.getattr(intern!(py, "open_bytes"))?.extract::<i64>()?
+            + self.blob.len() as i64 + 1;
+        res.setattr(intern!(py, "open_bytes"), open_bytes)?;
+        res.setattr(intern!(py, "next_pos"), pos + 1)?;
+        res.setattr(intern!(py, "last_ts"), ts)?;
+        if open_bytes >= self.chunk_bytes_target {
+            res.call_method0(intern!(py, "close_open"))?;
+        }
+        Ok(pos)
     }
 
     fn advance_one(&mut self, py: Python<'_>, ci: usize, t: i64, next_pos: u64) -> PyResult<()> {
@@ -264,11 +295,13 @@ impl StreamCore {
     #[new]
     fn new(py: Python<'_>, res: PyObject, input_error: PyObject, invariant: PyObject) -> PyResult<Self> {
         let chunks = res.bind(py).getattr("chunks")?.downcast_into::<PyList>()?.unbind();
+        let chunk_bytes_target: i64 = res.bind(py).getattr("chunk_bytes_target")?.extract()?;
         Ok(StreamCore {
             res, chunks, input_error, invariant, fields: vec![], preds: vec![], cursors: vec![],
             order: vec![], outputs: vec![],
             core: Core { windows: vec![], tables: vec![], key: vec![] }, gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
+            blob: Vec::with_capacity(1024), chunk_bytes_target,
         })
     }
 
@@ -345,10 +378,14 @@ impl StreamCore {
     /// Feed one event at `ts` (already clamped); returns every metric of the stream for it.
     fn ingest<'py>(&mut self, py: Python<'py>, event: &Bound<'py, PyAny>, ts: i64)
                    -> PyResult<Bound<'py, PyDict>> {
-        self.lower_into(py, event, true)?; // refuses a bad event before anything changes
+        // A bad event is refused before anything changes.
+        self.lower_into(py, event, true)?;
+        if let Err((field, why)) = crate::json::event(&mut self.blob, ts, event) {
+            return Err(self.input_error(py, &field, &why.0));
+        }
         let res = self.res.bind(py).clone();
         let chunks = self.chunks.bind(py).len();
-        let pos: u64 = res.call_method1("append", (ts, event))?.extract()?;
+        let pos = self.append(py, &res, ts, event)?;
         let next_pos = pos + 1;
         for oi in 0..self.order.len() {
             let ci = self.order[oi];

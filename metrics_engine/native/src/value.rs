@@ -179,10 +179,8 @@ pub fn lower(v: &Bound<'_, PyAny>, strings: &mut Interner) -> Result<Val, LowerE
         return Ok(Val::Bool(b.is_true()));
     }
     if v.is_instance_of::<PyInt>() {
-        if let Ok(i) = v.extract::<i64>() {
-            return Ok(Val::Int(i as i128));
-        }
-        return v.extract::<i128>().map(Val::Int).map_err(|_| LowerError::OutOfRange);
+        // 64 bits: what the reservoir's JSON keeps exactly (sums go past it, exactly).
+        return v.extract::<i64>().map(|i| Val::Int(i as i128)).map_err(|_| LowerError::OutOfRange);
     }
     if let Ok(f) = v.downcast::<PyFloat>() {
         return Ok(Val::Float(f.value()));

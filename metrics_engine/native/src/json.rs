@@ -1,0 +1,126 @@
+//! Events to JSON for the reservoir's chunks, natively (the bytes `orjson.loads` reads back to
+//! the same event): null, booleans, 64-bit integers, finite floats (non-finite ones become
+//! null, as orjson writes them), strings, lists, tuples and dicts with string keys.
+
+use std::io::Write;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+
+fn int(out: &mut Vec<u8>, i: i64) {
+    let _ = write!(out, "{i}");
+}
+
+/// Why a value has no JSON form.
+pub struct NotJson(pub String);
+
+fn string(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    let b = s.as_bytes();
+    let mut start = 0;
+    for (i, &c) in b.iter().enumerate() {
+        let esc: Option<&[u8]> = match c {
+            b'"' => Some(b"\\\""),
+            b'\\' => Some(b"\\\\"),
+            b'\n' => Some(b"\\n"),
+            b'\r' => Some(b"\\r"),
+            b'\t' => Some(b"\\t"),
+            0..=0x1f => None,
+            _ => continue,
+        };
+        out.extend_from_slice(&b[start..i]);
+        match esc {
+            Some(e) => out.extend_from_slice(e),
+            None => out.extend_from_slice(format!("\\u{:04x}", c).as_bytes()),
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&b[start..]);
+    out.push(b'"');
+}
+
+/// Append the JSON of `v` to `out`.
+pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32) -> Result<(), NotJson> {
+    if depth > 64 {
+        return Err(NotJson("nests deeper than 64 levels".into()));
+    }
+    if v.is_none() {
+        out.extend_from_slice(b"null");
+    } else if let Ok(s) = v.downcast::<PyString>() {
+        string(out, s.to_str().map_err(|_| NotJson("holds a string that is not UTF-8".into()))?);
+    } else if let Ok(b) = v.downcast::<PyBool>() {
+        out.extend_from_slice(if b.is_true() { b"true" } else { b"false" });
+    } else if v.is_instance_of::<PyInt>() {
+        let i: i64 = v.extract().map_err(|_| NotJson("holds an integer outside 64 bits".into()))?;
+        int(out, i);
+    } else if let Ok(f) = v.downcast::<PyFloat>() {
+        let x = f.value();
+        if x.is_finite() {
+            let _ = write!(out, "{x:?}"); // the shortest round trip, with ".0" on integral values
+        } else {
+            out.extend_from_slice(b"null");
+        }
+    } else if let Ok(d) = v.downcast::<PyDict>() {
+        out.push(b'{');
+        for (i, (k, x)) in d.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let k = k.downcast::<PyString>().map_err(|_| NotJson("has a key that is not a string".into()))?;
+            string(out, k.to_str().map_err(|_| NotJson("has a key that is not UTF-8".into()))?);
+            out.push(b':');
+            write(out, &x, depth + 1)?;
+        }
+        out.push(b'}');
+    } else if let Ok(l) = v.downcast::<PyList>() {
+        out.push(b'[');
+        for (i, x) in l.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write(out, &x, depth + 1)?;
+        }
+        out.push(b']');
+    } else if let Ok(t) = v.downcast::<PyTuple>() {
+        out.push(b'[');
+        for (i, x) in t.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            write(out, &x, depth + 1)?;
+        }
+        out.push(b']');
+    } else {
+        let t = v.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        return Err(NotJson(format!("holds a {t}, which has no JSON form")));
+    }
+    Ok(())
+}
+
+/// `[ts, event]` for a top-level event mapping; an error names the offending field.
+pub fn event(out: &mut Vec<u8>, ts: i64, ev: &Bound<'_, PyAny>) -> Result<(), (String, NotJson)> {
+    out.clear();
+    out.push(b'[');
+    int(out, ts);
+    out.push(b',');
+    if let Ok(d) = ev.downcast::<PyDict>() {
+        out.push(b'{');
+        for (i, (k, x)) in d.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            let name = || k.str().map(|s| s.to_string()).unwrap_or_default();
+            let Ok(ks) = k.downcast::<PyString>() else {
+                return Err((name(), NotJson("is not a string key".into())));
+            };
+            string(out, ks.to_str().map_err(|_| (name(), NotJson("is not UTF-8".into())))?);
+            out.push(b':');
+            write(out, &x, 1).map_err(|e| (name(), e))?;
+        }
+        out.push(b'}');
+    } else {
+        write(out, ev, 0).map_err(|e| (String::new(), e))?;
+    }
+    out.push(b']');
+    Ok(())
+}
