@@ -402,6 +402,12 @@ class Plan:
             ts = last
         return sp.core.ingest(event, ts)
 
+    def ingest_many(self, stream: str, events: list, ts: list[int]) -> dict[str, list]:
+        sp = self.streams.get(stream)
+        if sp is None:
+            return {}
+        return sp.core.ingest_many(events, ts)
+
     def replay(self, stream: str, start: int, end: int) -> None:
         """Recompute state from reservoir events [start, end) (recovery after a crash)."""
         sp = self.streams[stream]

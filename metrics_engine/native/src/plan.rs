@@ -222,6 +222,40 @@ impl StreamCore {
         Ok(pos)
     }
 
+    /// Everything of `ingest` but the outputs: refuse or lower, append, move the cursors.
+    fn step(&mut self, py: Python<'_>, event: &Bound<'_, PyAny>, ts: i64) -> PyResult<()> {
+        // A bad event is refused before anything changes.
+        self.lower_into(py, event, true)?;
+        if let Err((field, why)) = crate::json::event(&mut self.blob, ts, event) {
+            return Err(self.input_error(py, &field, &why.0));
+        }
+        let res = self.res.bind(py).clone();
+        let chunks = self.chunks.bind(py).len();
+        let pos = self.append(py, &res, ts, event)?;
+        let next_pos = pos + 1;
+        for oi in 0..self.order.len() {
+            let ci = self.order[oi];
+            let c = &self.cursors[ci];
+            if c.spec == Spec::All && c.pos == pos {
+                // Fast path: the shared current-event tail takes only this event.
+                for wi in 0..c.inserts.len() {
+                    let w = self.cursors[ci].inserts[wi];
+                    self.core.insert(w, &self.cur, ts, pos, None);
+                }
+                let c = &mut self.cursors[ci];
+                c.pos = next_pos;
+                c.stale = true;
+            } else {
+                self.advance_one(py, ci, ts, next_pos)?;
+            }
+        }
+        if self.chunks.bind(py).len() != chunks {
+            let floor = self.floor_pos(py)?;
+            res.call_method1("trim", (floor,))?;
+        }
+        Ok(())
+    }
+
     fn advance_one(&mut self, py: Python<'_>, ci: usize, t: i64, next_pos: u64) -> PyResult<()> {
         let (lim, end) = self.cursors[ci].spec.limits(t, next_pos);
         if self.cursors[ci].pos >= end {
@@ -378,35 +412,7 @@ impl StreamCore {
     /// Feed one event at `ts` (already clamped); returns every metric of the stream for it.
     fn ingest<'py>(&mut self, py: Python<'py>, event: &Bound<'py, PyAny>, ts: i64)
                    -> PyResult<Bound<'py, PyDict>> {
-        // A bad event is refused before anything changes.
-        self.lower_into(py, event, true)?;
-        if let Err((field, why)) = crate::json::event(&mut self.blob, ts, event) {
-            return Err(self.input_error(py, &field, &why.0));
-        }
-        let res = self.res.bind(py).clone();
-        let chunks = self.chunks.bind(py).len();
-        let pos = self.append(py, &res, ts, event)?;
-        let next_pos = pos + 1;
-        for oi in 0..self.order.len() {
-            let ci = self.order[oi];
-            let c = &self.cursors[ci];
-            if c.spec == Spec::All && c.pos == pos {
-                // Fast path: the shared current-event tail takes only this event.
-                for wi in 0..c.inserts.len() {
-                    let w = self.cursors[ci].inserts[wi];
-                    self.core.insert(w, &self.cur, ts, pos, None);
-                }
-                let c = &mut self.cursors[ci];
-                c.pos = next_pos;
-                c.stale = true;
-            } else {
-                self.advance_one(py, ci, ts, next_pos)?;
-            }
-        }
-        if self.chunks.bind(py).len() != chunks {
-            let floor = self.floor_pos(py)?;
-            res.call_method1("trim", (floor,))?;
-        }
+        self.step(py, event, ts)?;
         let out = PyDict::new(py);
         for o in &self.outputs {
             Core::key_of(&mut self.core.key, &self.cur, &o.key_fields);
@@ -416,6 +422,45 @@ impl StreamCore {
                 let st = entry.and_then(|e| e.states[*slot].as_ref());
                 out.set_item(name.bind(py), finalize(py, *func, st, ts, &self.strings))?;
             }
+        }
+        Ok(out)
+    }
+
+    /// Feed events in order (each `ts` clamped to the stream's last one, as `ingest` does);
+    /// returns each metric's values as a list in event order: the values `ingest` gives.
+    /// A refused event raises with `index` set to its place; the ones before it are in.
+    fn ingest_many<'py>(&mut self, py: Python<'py>, events: &Bound<'py, PyList>, ts: Vec<i64>)
+                        -> PyResult<Bound<'py, PyDict>> {
+        if events.len() != ts.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err("events and ts differ in length"));
+        }
+        let names: Vec<Py<PyString>> = self.outputs.iter()
+            .flat_map(|o| o.metrics.iter().map(|m| m.0.clone_ref(py))).collect();
+        let cols: Vec<Vec<PyObject>> = names.iter().map(|_| Vec::with_capacity(ts.len())).collect();
+        let mut cols = cols;
+        let mut last: Option<i64> = self.res.bind(py).getattr("last_ts")?.extract()?;
+        for (i, (ev, t)) in events.iter().zip(ts).enumerate() {
+            let t = match last { Some(l) if t < l => l, _ => t };
+            last = Some(t);
+            if let Err(e) = self.step(py, &ev, t) {
+                let _ = e.value(py).setattr("index", i);
+                return Err(e);
+            }
+            let mut c = 0;
+            for o in &self.outputs {
+                Core::key_of(&mut self.core.key, &self.cur, &o.key_fields);
+                let tb = &self.core.tables[o.table];
+                let entry = tb.find(&self.core.key).map(|id| tb.entry(id));
+                for (_, slot, func) in &o.metrics {
+                    let st = entry.and_then(|e| e.states[*slot].as_ref());
+                    cols[c].push(finalize(py, *func, st, t, &self.strings));
+                    c += 1;
+                }
+            }
+        }
+        let out = PyDict::new(py);
+        for (n, col) in names.iter().zip(cols) {
+            out.set_item(n.bind(py), PyList::new(py, col)?)?;
         }
         Ok(out)
     }
