@@ -253,16 +253,7 @@ class Engine:
         {'s': [5, 12, 8]}
         >>> e.close()
         """
-        import numpy as np
-        import pyarrow as pa
-
-        if isinstance(columns, pa.RecordBatch):
-            columns = pa.Table.from_batches([columns])
-        table = columns if isinstance(columns, pa.Table) else pa.table(dict(columns))
-        ts = np.asarray(ts_ms, dtype=np.int64)
-        if len(ts) != table.num_rows:
-            raise ValueError(f"{len(ts)} timestamps for {table.num_rows} rows")
-        return self._plan.ingest_many(stream, table.to_pylist(), ts.tolist())
+        return self._plan.ingest_many(stream, ts_ms, columns)
 
     def query(self, name: str, key: Any, ts_ms: int) -> Any:
         """The value of metric ``name`` for group ``key`` at ``ts_ms``, without an event.

@@ -402,11 +402,30 @@ class Plan:
             ts = last
         return sp.core.ingest(event, ts)
 
-    def ingest_many(self, stream: str, events: list, ts: list[int]) -> dict[str, list]:
+    def ingest_many(self, stream: str, ts: Any, columns: Any) -> dict[str, list]:
+        """See ``Engine.ingest_many``: Arrow/numpy columns in, one list per metric out."""
+        import numpy as np
+        import pyarrow as pa
+
+        if isinstance(columns, pa.RecordBatch | pa.Table):
+            columns = {name: columns.column(name) for name in columns.schema.names}
+        names, cols = list(columns), []
+        for c in columns.values():  # one Python list per column: far cheaper than per row
+            if isinstance(c, pa.ChunkedArray | pa.Array):
+                cols.append(c.to_pylist())
+            elif isinstance(c, np.ndarray):
+                cols.append(c.tolist())
+            else:
+                cols.append(list(c))
+        if isinstance(ts, pa.ChunkedArray | pa.Array):
+            ts = ts.to_numpy(zero_copy_only=False)
+        ts_list = np.asarray(ts, dtype=np.int64).tolist()
+        if any(len(c) != len(ts_list) for c in cols):
+            raise ValueError(f"columns of other lengths than the {len(ts_list)} timestamps")
         sp = self.streams.get(stream)
         if sp is None:
             return {}
-        return sp.core.ingest_many(events, ts)
+        return sp.core.ingest_columns(names, cols, ts_list)
 
     def replay(self, stream: str, start: int, end: int) -> None:
         """Recompute state from reservoir events [start, end) (recovery after a crash)."""

@@ -14,7 +14,18 @@ use rustc_hash::FxHashMap;
 use crate::aggregations::{lower as finalize, Func, Kind, State};
 use crate::keyed::{GroupTable, Input};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
-use crate::window::{Cursor, Spec};
+use crate::window::{split, Cursor, Spec};
+
+/// Lowered chunks kept for cursors (a bound on memory, independent of window length).
+const LOWERED_CHUNKS_MAX: usize = 256;
+
+/// A chunk's events as lowered rows (row-major, `fields` values and `preds` flags each).
+#[derive(Default)]
+struct Lowered {
+    ts: Vec<i64>,
+    vals: Vec<Val>,
+    preds: Vec<bool>,
+}
 
 struct GroupRoute {
     table: usize,
@@ -150,6 +161,7 @@ pub struct StreamCore {
     tmp: Row,
     blob: Vec<u8>,
     chunk_bytes_target: i64,
+    lowered: FxHashMap<i64, Lowered>,
 }
 
 impl StreamCore {
@@ -252,6 +264,8 @@ impl StreamCore {
         if self.chunks.bind(py).len() != chunks {
             let floor = self.floor_pos(py)?;
             res.call_method1("trim", (floor,))?;
+            let base: i64 = res.getattr("chunk_base")?.extract()?;
+            self.lowered.retain(|k, _| *k >= base);
         }
         Ok(())
     }
@@ -262,13 +276,22 @@ impl StreamCore {
             return Ok(());
         }
         let res = self.res.clone_ref(py).into_bound(py);
+        let width = self.fields.len();
+        let pwidth = self.preds.len();
         while self.cursors[ci].pos < end {
-            let (ts, ev) = self.cursors[ci].peek(py, &res)?;
+            self.cursors[ci].position(py, &res)?;
+            let (k, idx) = (self.cursors[ci].k, self.cursors[ci].idx);
+            if self.lowered.get(&k).map_or(0, |l| l.ts.len()) <= idx {
+                self.lower_chunk(py, ci, k, idx)?;
+            }
+            let lw = &self.lowered[&k];
+            let ts = lw.ts[idx];
             if ts > lim {
                 break;
             }
+            self.tmp.vals.copy_from_slice(&lw.vals[idx * width..(idx + 1) * width]);
+            self.tmp.preds.copy_from_slice(&lw.preds[idx * pwidth..(idx + 1) * pwidth]);
             let pos = self.cursors[ci].pos;
-            self.lower_into(py, &ev, false)?;
             let c = &self.cursors[ci];
             for &w in &c.inserts {
                 self.core.insert(w, &self.tmp, ts, pos, None);
@@ -281,6 +304,27 @@ impl StreamCore {
             let c = &mut self.cursors[ci];
             c.pos += 1;
             c.idx += 1;
+        }
+        Ok(())
+    }
+
+    /// Lower the events of chunk `k` up to index `idx` into the shared cache, so that every
+    /// cursor passing them (W1's 120 heads, W2's 7 cursors) reads the lowered row.
+    fn lower_chunk(&mut self, py: Python<'_>, ci: usize, k: i64, idx: usize) -> PyResult<()> {
+        let mut lw = self.lowered.remove(&k).unwrap_or_default();
+        let events = self.cursors[ci].events.as_ref().unwrap().clone_ref(py).into_bound(py);
+        for j in lw.ts.len()..=idx {
+            let (ts, ev) = split(&events.get_item(j)?)?;
+            self.lower_into(py, &ev, false)?;
+            lw.ts.push(ts);
+            lw.vals.extend_from_slice(&self.tmp.vals);
+            lw.preds.extend_from_slice(&self.tmp.preds);
+        }
+        self.lowered.insert(k, lw);
+        if self.lowered.len() > LOWERED_CHUNKS_MAX {
+            if let Some(&oldest) = self.lowered.keys().min() {
+                self.lowered.remove(&oldest);
+            }
         }
         Ok(())
     }
@@ -335,7 +379,7 @@ impl StreamCore {
             order: vec![], outputs: vec![],
             core: Core { windows: vec![], tables: vec![], key: vec![] }, gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
-            blob: Vec::with_capacity(1024), chunk_bytes_target,
+            blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
         })
     }
 
@@ -406,6 +450,7 @@ impl StreamCore {
         self.tmp = self.cur.clone();
         self.fields = fields;
         self.preds = preds;
+        self.lowered.clear(); // rows of the old plan's width
         Ok(())
     }
 
@@ -463,6 +508,24 @@ impl StreamCore {
             out.set_item(n.bind(py), PyList::new(py, col)?)?;
         }
         Ok(out)
+    }
+
+    /// `ingest_many` over columns: row `i` is the event `{names[j]: cols[j][i]}`.
+    fn ingest_columns<'py>(&mut self, py: Python<'py>, names: Vec<Py<PyString>>,
+                           cols: Vec<Bound<'py, PyList>>, ts: Vec<i64>)
+                           -> PyResult<Bound<'py, PyDict>> {
+        if cols.iter().any(|c| c.len() != ts.len()) || names.len() != cols.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err("columns differ in length"));
+        }
+        let events = PyList::empty(py);
+        for i in 0..ts.len() {
+            let d = PyDict::new(py);
+            for (name, col) in names.iter().zip(&cols) {
+                d.set_item(name.bind(py), col.get_item(i)?)?;
+            }
+            events.append(d)?;
+        }
+        self.ingest_many(py, &events, ts)
     }
 
     /// Move every cursor to time `t` / position `next_pos` (replay after a crash).

@@ -71,6 +71,22 @@ impl Cursor {
         Ok(())
     }
 
+    /// Make `events[idx]` the next event under this cursor (crossing into the next chunk
+    /// when this one is used up).
+    pub fn position(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>) -> PyResult<()> {
+        if self.stale || self.events.is_none() {
+            self.seek(res, self.pos)?;
+        }
+        while self.idx >= self.events.as_ref().unwrap().bind(py).len() {
+            self.k += 1;
+            let next = res.call_method1("chunk", (self.k,))?.downcast_into::<PyList>()?;
+            self.events = Some(next.unbind());
+            self.idx = 0;
+            res.call_method1("prefetch", (self.k + 1,))?;
+        }
+        Ok(())
+    }
+
     /// The next (ts, event) under this cursor, moving to the next chunk when needed; the
     /// caller moves `pos`/`idx` on once it has used the event.
     pub fn peek<'py>(&mut self, py: Python<'py>, res: &Bound<'py, PyAny>)
