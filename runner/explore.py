@@ -18,11 +18,35 @@ from runner import operations as ops
 from runner.errors import NotFound, RequestInvalid
 from runner.service import Service
 from runner.state import flows, queries
+from runner.state.buffer import RUN_FIELDS
 from runner.state.machine import explain
 
 runs_listed_max = 500
 backtest_runs_max = 5_000
 backtest_samples_max = 20
+
+
+def _pending(svc: Service) -> tuple[dict[str, dict], list[tuple]]:
+    """Runs (as dicts) and step rows applied but not yet flushed into DuckDB. Read before
+    DuckDB: a generation landing meanwhile is then seen twice (deduplicated), never missed."""
+    runs, steps = svc.sm.peek_pending()
+    out = {}
+    for run_id, row in runs.items():
+        r = dict(zip(RUN_FIELDS, row, strict=True))
+        for k in ("event", "metrics", "scores", "apps"):
+            r[k] = orjson.loads(r[k]) if isinstance(r[k], str) else r[k]
+        out[run_id] = r
+    return out, steps
+
+
+def _summary(r: dict) -> dict:
+    data = r["event"].get("data") or {}
+    text = (lambda v: None if v is None else str(v))  # noqa: E731 - two uses below
+    return {"run_id": r["run_id"], "event_id": r["event_id"], "workflow_id": r["workflow_id"],
+            "workflow_version": r["version"], "state": r["state"], "decision": r["decision"],
+            "started_ts": r["started_ts"], "card": text(data.get("card")),
+            "customer": text(data.get("customer")),
+            "order_id": str(data.get("order_id") or r["event_id"])}
 
 
 def find_runs(svc: Service, *, workflow_id: str | None = None, version: int | None = None,
@@ -62,7 +86,15 @@ def find_runs(svc: Service, *, workflow_id: str | None = None, version: int | No
 
     keys = ("run_id", "event_id", "workflow_id", "workflow_version", "state", "decision",
             "started_ts", "card", "customer", "order_id")
+    pending, _ = _pending(svc)
     found = {row[0]: dict(zip(keys, row, strict=True)) for row in ops._read(svc, query)}
+    for run_id, r in pending.items():  # newer than DuckDB's row of the same run
+        summary = _summary(r)
+        if _matches(summary, workflow_id, version, decision, state, order, card, customer,
+                    since_ts, until_ts):
+            found[run_id] = summary
+        else:
+            found.pop(run_id, None)
     # The newest runs may still be in the apply buffer (not yet in DuckDB) but are already in
     # the run store: a lookup by order, card or customer finds them there.
     kind, value = next(((k, v) for k, v in (("order", order), ("card", card),
@@ -114,16 +146,39 @@ def _event_of(svc: Service, run_id: str) -> dict:
 
 
 def edge_hits(svc: Service, workflow_id: str, version: int | None) -> list[dict]:
-    """How many runs took each edge (of one version, or of all)."""
+    """How many runs took each edge (of one version, or of all), steps not yet flushed
+    included."""
+    pending_runs, pending_steps = _pending(svc)
     sql = ("SELECT r.version, s.node_id, s.edge_id, count(*) FROM steps s JOIN runs r "
            "USING (run_id) WHERE r.workflow_id = ?")
     params: list[Any] = [workflow_id]
     if version is not None:
         sql += " AND r.version = ?"
         params.append(version)
-    sql += " GROUP BY 1, 2, 3 ORDER BY 1, 2, 3"
-    rows = ops._read(svc, lambda cur: cur.execute(sql, params).fetchall())
-    return [{"version": v, "node_id": n, "edge_id": e, "runs": c} for v, n, e, c in rows]
+    sql += " GROUP BY 1, 2, 3"
+    counts: Counter = Counter()
+    mine = [s for s in pending_steps if s[0] in pending_runs
+            and pending_runs[s[0]]["workflow_id"] == workflow_id
+            and (version is None or pending_runs[s[0]]["version"] == version)]
+
+    def query(cur):
+        rows = cur.execute(sql, params).fetchall()
+        ids = sorted({s[0] for s in mine})
+        landed = set()
+        if ids:  # a pending generation may have landed since it was read: count it once
+            marks = ", ".join("?" * len(ids))
+            landed = set(cur.execute(f"SELECT run_id, seq FROM steps WHERE run_id IN ({marks})",
+                                     ids).fetchall())
+        return rows, landed
+
+    rows, landed = ops._read(svc, query)
+    for v, n, e, c in rows:
+        counts[(v, n, e)] += c
+    for s in mine:
+        if (s[0], s[1]) not in landed:
+            counts[(pending_runs[s[0]]["version"], s[2], s[4])] += 1
+    return [{"version": v, "node_id": n, "edge_id": e, "runs": c}
+            for (v, n, e), c in sorted(counts.items())]
 
 
 def _known_metrics(svc: Service) -> list[str]:
@@ -188,10 +243,18 @@ def backtest(svc: Service, wf: workflows.Workflow, limit: int) -> dict:
         raise NotFound("workflow_id", f"workflow {wf.id} has no active version to compare")
     base = workflows.Workflow.model_validate(ops.version(svc, wf.id, active))
     baseline = workflows.compile_version(base, active)
-    sql = ("SELECT run_id, event, metrics, scores, apps FROM runs WHERE workflow_id = ? "
-           "ORDER BY started_ts DESC, run_id LIMIT ?")
-    rows = ops._read(svc, lambda cur: cur.execute(
-        sql, [wf.id, min(limit, backtest_runs_max)]).fetchall())
+    limit = min(limit, backtest_runs_max)
+    pending, _ = _pending(svc)
+    sql = ("SELECT run_id, started_ts, event, metrics, scores, apps FROM runs "
+           "WHERE workflow_id = ? ORDER BY started_ts DESC, run_id LIMIT ?")
+    by_id = {row[0]: row for row in ops._read(svc, lambda cur: cur.execute(
+        sql, [wf.id, limit]).fetchall())}
+    for run_id, r in pending.items():
+        if r["workflow_id"] == wf.id:
+            by_id[run_id] = (run_id, r["started_ts"], r["event"], r["metrics"], r["scores"],
+                             r["apps"])
+    newest = sorted(by_id.values(), key=lambda row: (-row[1], row[0]))[:limit]
+    rows = [(row[0], *row[2:]) for row in newest]
     matrix: Counter = Counter()
     hits: Counter = Counter()
     samples = []

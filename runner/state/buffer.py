@@ -143,6 +143,14 @@ class RowBuffer:
         self._queue.put(gen)
 
     # ---------------------------------------------------------------- readers
+    def pending(self) -> tuple[dict[str, tuple], list[tuple]]:
+        """Run rows (latest per run) and step rows applied but not yet in DuckDB, for readers
+        that scan (the console's run listing, hits and backtest)."""
+        with self._lock:
+            gens = [*self._in_flight, self.current]  # oldest first: a later row wins
+            runs = {run_id: row for g in gens for run_id, row in g.runs.items()}
+            return runs, [step for g in gens for step in g.steps]
+
     def view(self, run_id: str) -> dict | None:
         with self._lock:
             for gen in (self.current, *reversed(self._in_flight)):

@@ -171,6 +171,10 @@ class RunnerStateMachine:
         """The view of a run applied but not yet flushed (any thread)."""
         return self._buffer.view(run_id)
 
+    def peek_pending(self) -> tuple[dict[str, tuple], list[tuple]]:
+        """Run rows and step rows applied but not yet in DuckDB (any thread)."""
+        return self._buffer.pending()
+
     def peek_event(self, event_id: str) -> list[dict] | None:
         return self._buffer.views_of_event(event_id)
 

@@ -157,7 +157,7 @@ def test_backtest_shows_change_counts_and_simulate_lights_the_path(page, node):
     outline.get_by_role("button", name="approve decision", exact=True).click()
     inspector = page.get_by_role("complementary", name="Inspector")
     inspector.get_by_label("Action").select_option("block")
-    page.get_by_role("button", name="Save draft").click()  # also flushes runs into DuckDB
+    page.get_by_role("button", name="Save draft").click()
     expect(page.get_by_role("status").filter(has_text="Draft saved")).to_be_visible()
     page.get_by_role("button", name="Simulate & backtest").click()
     tryp = page.get_by_role("region", name="Try the draft")
