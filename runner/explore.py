@@ -227,9 +227,7 @@ def simulate(svc: Service, wf: workflows.Workflow, event: dict | None, run_id: s
         past = run_detail(svc, run_id)
         event = past["event"]
         metrics = {**past["metrics"], **metrics}
-        outside = {k: v for k, v in past["apps"].items()
-                   if not (isinstance(v, dict) and v.get("timed_out"))}
-        scores, apps = {**past["scores"], **scores}, {**outside, **apps}
+        scores, apps = {**past["scores"], **scores}, {**past["apps"], **apps}
     if event is None:
         raise RequestInvalid("event", "give an event or a run_id")
     return walk(compiled, event, metrics, scores, apps)
@@ -261,7 +259,6 @@ def backtest(svc: Service, wf: workflows.Workflow, limit: int) -> dict:
     for run_id, *cols in rows:
         event, metrics, scores, apps = (orjson.loads(c) if isinstance(c, str) else c
                                         for c in cols)
-        apps = {k: v for k, v in apps.items() if not (isinstance(v, dict) and v.get("timed_out"))}
         before = walk(baseline, event, metrics, scores, apps)
         after = walk(draft, event, metrics, scores, apps)
         b = before["decision"] or f"waiting:{before['waiting_for']}"
