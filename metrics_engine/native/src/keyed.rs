@@ -29,12 +29,17 @@ pub struct GroupTable {
     index: FxHashMap<Vec<Val>, u32>,
     entries: Vec<Option<Entry>>,
     free: Vec<u32>,
+    spare: Vec<Entry>, // freed entries whose vectors the next new key reuses (no allocation)
+    spare_keys: Vec<Vec<Val>>,
 }
+
+const SPARE_MAX: usize = 1024;
 
 impl GroupTable {
     pub fn new() -> GroupTable {
         GroupTable { sids: vec![], kinds: vec![], inputs: vec![], index: FxHashMap::default(),
-                     entries: vec![], free: vec![] }
+                     entries: vec![], free: vec![], spare: vec![],
+                     spare_keys: vec![] }
     }
 
     pub fn find(&self, key: &[Val]) -> Option<u32> {
@@ -45,8 +50,14 @@ impl GroupTable {
         if let Some(&id) = self.index.get(key) {
             return id;
         }
-        let canon: Vec<Val> = key.iter().map(|v| v.canonical()).collect();
-        let entry = Entry { key: canon.clone(), states: (0..self.sids.len()).map(|_| None).collect() };
+        let mut entry = self.spare.pop().unwrap_or_else(|| Entry { key: vec![], states: vec![] });
+        entry.key.clear();
+        entry.key.extend(key.iter().map(|v| v.canonical()));
+        entry.states.clear();
+        entry.states.resize_with(self.sids.len(), || None);
+        let mut canon = self.spare_keys.pop().unwrap_or_default();
+        canon.clear();
+        canon.extend_from_slice(&entry.key);
         let id = match self.free.pop() {
             Some(id) => {
                 self.entries[id as usize] = Some(entry);
@@ -76,9 +87,17 @@ impl GroupTable {
     }
 
     pub fn remove(&mut self, id: u32) {
-        if let Some(e) = self.entries[id as usize].take() {
-            self.index.remove(&e.key);
+        if let Some(mut e) = self.entries[id as usize].take() {
+            if let Some((k, _)) = self.index.remove_entry(&e.key) {
+                if self.spare_keys.len() < SPARE_MAX {
+                    self.spare_keys.push(k);
+                }
+            }
             self.free.push(id);
+            if self.spare.len() < SPARE_MAX {
+                e.states.clear();
+                self.spare.push(e);
+            }
         }
     }
 

@@ -115,15 +115,24 @@ impl PartialEq for Val {
 
 impl Eq for Val {}
 
+/// splitmix64's finalizer: spreads small, sequential codes (interned string ids) over all
+/// 64 bits, so the table's fast hasher sees well-mixed input.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+    z ^ (z >> 31)
+}
+
 impl Hash for Val {
     fn hash<H: Hasher>(&self, h: &mut H) {
-        match self.canonical() {
-            Val::Null => 0u8.hash(h),
-            Val::Bool(b) => (1u8, b).hash(h),
-            Val::Int(i) => (2u8, i).hash(h),
-            Val::Float(f) => (3u8, f.to_bits()).hash(h),
-            Val::Str(s) => (4u8, s).hash(h),
-        }
+        let code = match self.canonical() {
+            Val::Null => 0,
+            Val::Bool(b) => 1 | ((b as u64) << 8),
+            Val::Int(i) => mix(2 ^ (i as u64) ^ (((i >> 64) as u64).rotate_left(17))),
+            Val::Float(f) => mix(3 ^ f.to_bits()),
+            Val::Str(s) => 4 | ((s as u64) << 8),
+        };
+        h.write_u64(mix(code));
     }
 }
 
