@@ -35,7 +35,7 @@ from metrics_engine.plan import Plan
 from metrics_engine.reservoir import CHUNK_BYTES_TARGET, SEGMENT_BYTES_MAX, StreamReservoir, Writer
 
 FORMAT_VERSION = 2  # 2: aggregation state in the native core's files, not RocksDB
-CACHE_ENTRIES_MAX = 500_000
+CACHE_ENTRIES_MAX = 500_000  # kept for callers; the native core does not spill yet
 STREAM_NAME_CHARS_MAX = 100
 
 
@@ -63,6 +63,10 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 class Engine:
     """Exact sliding-window metrics over an on-disk reservoir.
+
+    Aggregation state lives in the native core's memory and is written to ``state/`` at a
+    clean close or a snapshot; ``cache_entries_max`` is accepted for compatibility and no
+    longer bounds it (there is no spill to RocksDB yet).
 
     >>> import tempfile
     >>> e = Engine(tempfile.mkdtemp())
