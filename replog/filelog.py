@@ -2,7 +2,9 @@
 
 Offsets are record numbers from 0. A torn record at the tail (a crash mid-write) is cut off
 when the log is opened. Readers in the same process are woken on append; the file is for one
-writer process (the embedded mode has one node).
+writer process (the embedded mode has one node). Memory does not grow with the log: the index
+keeps the file position of one record in ``index_every_records`` (a reader opened mid-log
+seeks to the indexed record before it and skips forward); readers keep their own position.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from replog.errors import InvariantViolation
 
 _RECORD = struct.Struct(">II")  # length, crc32
 record_bytes_max = 16 * 1024 * 1024
+index_every_records = 4096  # 8 bytes of index per 4096 records
 
 
-def _scan(path: pathlib.Path) -> tuple[list[int], int]:
-    """Positions of the valid records and the end of the last one."""
-    positions: list[int] = []
-    pos = 0
+def _scan(path: pathlib.Path) -> tuple[list[int], int, int]:
+    """The sparse index, the number of valid records and the end of the last one."""
+    index: list[int] = []
+    count, pos = 0, 0
     with open(path, "rb") as f:
         while True:
             head = f.read(_RECORD.size)
@@ -33,9 +36,11 @@ def _scan(path: pathlib.Path) -> tuple[list[int], int]:
             body = f.read(length)
             if length > record_bytes_max or len(body) < length or zlib.crc32(body) != crc:
                 break
-            positions.append(pos)
+            if count % index_every_records == 0:
+                index.append(pos)
+            count += 1
             pos += _RECORD.size + length
-    return positions, pos
+    return index, count, pos
 
 
 class FileLog:
@@ -44,7 +49,7 @@ class FileLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.touch(exist_ok=True)
         self.fsync = fsync
-        self._positions, end = _scan(self.path)
+        self._index, self._count, end = _scan(self.path)
         self._file = open(self.path, "r+b")
         self._file.truncate(end)  # drop a torn tail
         self._file.seek(end)
@@ -53,24 +58,27 @@ class FileLog:
 
     @property
     def end_offset(self) -> int:
-        return len(self._positions)
+        return self._count
 
     def append(self, records: Sequence[bytes]) -> None:
         with self._cv:
-            pos = self._end
+            pos, count = self._end, self._count
             chunks = []
-            new_positions = []
+            indexed = []
             for r in records:
                 if len(r) > record_bytes_max:
                     raise ValueError(f"record longer than {record_bytes_max} bytes")
                 chunks.append(_RECORD.pack(len(r), zlib.crc32(r)) + r)
-                new_positions.append(pos)
+                if count % index_every_records == 0:
+                    indexed.append(pos)
+                count += 1
                 pos += _RECORD.size + len(r)
             self._file.write(b"".join(chunks))
             self._file.flush()
             if self.fsync:
                 os.fsync(self._file.fileno())
-            self._positions.extend(new_positions)
+            self._index.extend(indexed)
+            self._count = count
             self._end = pos
             self._cv.notify_all()
 
@@ -84,25 +92,27 @@ class FileLog:
 class FileLogReader:
     def __init__(self, log: FileLog, start_offset: int):
         self._log = log
-        self._next = start_offset
         self._file = open(log.path, "rb")
+        with log._cv:
+            block = min(start_offset, max(0, log._count - 1)) // index_every_records
+            self._next = block * index_every_records
+            self._file.seek(log._index[block] if log._index else 0)
+        self._skip_to = start_offset  # records before it are read past, not returned
 
     def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:
         log = self._log
         with log._cv:
-            if self._next >= len(log._positions):
+            if self._next >= log._count:
                 log._cv.wait(timeout_s)
-            available = len(log._positions)
-            if self._next >= available:
-                return []
-            self._file.seek(log._positions[self._next])
+            available = log._count  # appended and flushed: readable through our own handle
         out: list[tuple[int, bytes]] = []
         while self._next < available and len(out) < records_max:
             length, crc = _RECORD.unpack(self._file.read(_RECORD.size))
             body = self._file.read(length)
             if zlib.crc32(body) != crc:
                 raise InvariantViolation(f"record {self._next} of {log.path} fails its checksum")
-            out.append((self._next, body))
+            if self._next >= self._skip_to:
+                out.append((self._next, body))
             self._next += 1
         return out
 

@@ -223,3 +223,25 @@ def test_applied_offset_is_published_only_after_the_entry_is_applied(tmp_path: p
         assert node.applied_offset == before  # the entry that failed is not published
     finally:
         node.stop()
+
+
+def test_file_log_keeps_a_sparse_index_and_readers_start_anywhere(tmp_path, monkeypatch):
+    from replog import filelog
+
+    monkeypatch.setattr(filelog, "index_every_records", 3)
+    log = FileLog(tmp_path / "log", fsync=False)
+    log.append([f"r{i}".encode() for i in range(10)])
+    assert log.end_offset == 10 and len(log._index) == 4  # not one position per record
+    for start in (0, 2, 3, 7, 9, 10):
+        reader = log.open_reader(start)
+        got = reader.poll(0.0, 100)
+        assert got == [(i, f"r{i}".encode()) for i in range(start, 10)]
+        reader.close()
+    log.append([b"more"])
+    log.close()
+    again = FileLog(tmp_path / "log", fsync=False)  # the index is rebuilt the same way
+    reader = again.open_reader(5)
+    assert [o for o, _ in reader.poll(0.0, 3)] == [5, 6, 7]
+    assert [o for o, _ in reader.poll(0.0, 100)] == [8, 9, 10]
+    reader.close()
+    again.close()
