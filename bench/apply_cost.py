@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import Report, spread  # noqa: E402
 from replog.entry import Entry  # noqa: E402
+from runner import ids  # noqa: E402
 from runner.demo import W1_METRICS, OrderGenerator, w3_definition  # noqa: E402
 from runner.state import entries  # noqa: E402
 from runner.state.machine import RunnerStateMachine  # noqa: E402
@@ -69,7 +70,8 @@ def build_feed(orders: int, seed: int) -> tuple[Feed, int, list[dict]]:
         datas.append(order["data"])
         ts = T0 + i * 20  # 50 orders/s of event time: windows fill and evict
         feed.add(entries.EVENT_RECEIVED, order, ts)
-        pending.append([f"r.{order['event_id']}.w3_demo", feed.offset - 1])
+        offset = feed.offset - 1
+        pending.append([ids.run_id(order["event_id"], definition["id"], offset), offset])
         if len(pending) == confirm_every_orders:
             feed.add(entries.EFFECTS_DONE, {"stored": pending, "outbox": []}, ts)
             pending = []

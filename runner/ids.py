@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 
 
-def run_id(event_id: str, workflow_id: str) -> str:
-    """The one run of ``workflow_id`` for ``event_id`` (at most one per pair, by construction)."""
-    digest = hashlib.blake2b(f"{event_id}\x00{workflow_id}".encode(), digest_size=10)
+def run_id(event_id: str, workflow_id: str, offset: int) -> str:
+    """The run of ``workflow_id`` for the event ``event_id`` applied at ``offset``: one per
+    (event, workflow) within the dedup retention; an id sent again after it is a new event,
+    whose runs get new ids."""
+    digest = hashlib.blake2b(f"{event_id}\x00{workflow_id}\x00{offset}".encode(),
+                             digest_size=10)
     return "r_" + digest.hexdigest()
 
 

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
 
     # behaviour
     demo: bool = True  # preload the demo workflow and metrics when the state is empty
+    # an event id sent again within this much log time is a duplicate (same runs); memory holds
+    # one id per event in the window (runner.state.machine.DEDUP_RETENTION_MS_DEFAULT)
+    dedup_retention_ms: int = Field(default=3_600_000, ge=60_000)
     tick_interval_ms: int = 250
     effects_confirm_interval_ms: int = 100
     request_deadline_ms_default: int = 2_000

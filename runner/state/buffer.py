@@ -48,7 +48,8 @@ class _Generation:
     views: dict[str, dict] = field(default_factory=dict)
     event_runs: dict[str, list[str]] = field(default_factory=dict)
     steps: list[tuple] = field(default_factory=list)
-    seen: list[tuple] = field(default_factory=list)
+    seen: dict[str, tuple] = field(default_factory=dict)  # event id -> events_seen row
+    seen_expired: list[str] = field(default_factory=list)  # ids past the dedup retention
     decisions: dict[str, tuple] = field(default_factory=dict)
     tasks: list[tuple] = field(default_factory=list)  # app_tasks rows (INSERT OR REPLACE)
     outbox: list[tuple] = field(default_factory=list)  # outbox rows (INSERT OR IGNORE)
@@ -59,7 +60,8 @@ class _Generation:
     timers: list[tuple[str, str, int | None]] = field(default_factory=list)
 
     def rows(self) -> int:
-        return (len(self.runs) + len(self.steps) + len(self.seen) + len(self.tasks)
+        return (len(self.runs) + len(self.steps) + len(self.seen) + len(self.seen_expired)
+                + len(self.tasks)
                 + len(self.outbox) + len(self.stored) + len(self.outbox_done))
 
     def put_run(self, row: tuple, view: dict) -> None:
@@ -95,7 +97,10 @@ class RowBuffer:
                 gen.runs[run_id] = row
                 gen.views[run_id] = stage.views[run_id]
             gen.steps += stage.steps
-            gen.seen += stage.seen
+            for event_id in stage.seen_expired:  # deleted before the inserts, so an id seen
+                if gen.seen.pop(event_id, None) is None:  # again after expiring is kept
+                    gen.seen_expired.append(event_id)
+            gen.seen.update(stage.seen)
             gen.decisions.update(stage.decisions)
             gen.tasks += stage.tasks
             gen.outbox += stage.outbox
@@ -189,7 +194,11 @@ class RowBuffer:
 def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
     cur.execute("BEGIN TRANSACTION")
     try:
-        _insert(cur, "events_seen", SEEN_FIELDS, gen.seen, "INSERT")
+        if gen.seen_expired:
+            _register(cur, ("event_id",), [(e,) for e in gen.seen_expired])
+            cur.execute("DELETE FROM events_seen WHERE event_id IN (SELECT event_id FROM _rows)")
+            cur.unregister("_rows")
+        _insert(cur, "events_seen", SEEN_FIELDS, list(gen.seen.values()), "INSERT")
         _insert(cur, "runs", RUN_FIELDS, list(gen.runs.values()), "INSERT OR REPLACE")
         _insert(cur, "steps", STEP_FIELDS, gen.steps, "INSERT")
         _insert(cur, "decisions", DECISION_FIELDS, list(gen.decisions.values()),

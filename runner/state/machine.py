@@ -9,6 +9,7 @@ which see committed state only and may run on other threads.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,11 @@ __all__ = ["Rejected", "RunnerStateMachine"]
 steps_per_run_max = 64
 expired_per_tick_max = 5_000
 event_bytes_max = 64 * 1024
+# Dedup guarantee: an event id sent again less than this much log time after it was first
+# applied gets the same runs back (a duplicate); later it is a new event. Memory holds one
+# id per event in the window (about 150 bytes each: 1 h at 1,000 orders/s is ~0.5 GB).
+DEDUP_RETENTION_MS_DEFAULT = 3_600_000
+seen_expired_per_entry_max = 64  # ids forgotten per event: more than arrive, so it keeps up
 # Kinds applied without touching DuckDB (their rows go to the write-behind buffer).
 HOT_KINDS = frozenset({entries.EVENT_RECEIVED, entries.EFFECTS_DONE})
 STREAM_OF_TYPE = {"order": "payments"}  # event type -> metric stream (default: the type)
@@ -50,7 +56,8 @@ def stream_of(event_type: str) -> str:
 class RunnerStateMachine:
     """The runner's replicated state. One thread applies; other threads only read."""
 
-    def __init__(self, data_dir: Path, engine: Any | None = None) -> None:
+    def __init__(self, data_dir: Path, engine: Any | None = None, *,
+                 dedup_retention_ms: int = DEDUP_RETENTION_MS_DEFAULT) -> None:
         self._dir = Path(data_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
         # One DuckDB thread: the hot path never waits on DuckDB, and three nodes share 2 cores.
@@ -64,7 +71,9 @@ class RunnerStateMachine:
         self._active: dict[str, tuple[int, str, Any]] = {}  # wf id -> (version, type, compiled)
         self._applied = -1
         self._buffer = RowBuffer(self.con)
-        self._seen: dict[str, int] = {}  # every event id -> offset (dedup without a query)
+        self._seen: dict[str, int] = {}  # event id -> offset, within the dedup retention
+        self._seen_order: deque[tuple[int, str]] = deque()  # (ts, event id) in log order
+        self._dedup_retention_ms = dedup_retention_ms
         self._has_metrics = False
         self._stage = Stage()
         self._timers: dict[tuple[str, str], int] = {}  # pending task -> its deadline
@@ -124,8 +133,12 @@ class RunnerStateMachine:
 
     def _commit_stage(self) -> None:
         stage = self._stage
-        for event_id, _, offset, _ in stage.seen:
+        for event_id in stage.seen_expired:  # the oldest first, as staged
+            self._seen_order.popleft()
+            del self._seen[event_id]
+        for event_id, _, offset, ts in stage.seen.values():
             self._seen[event_id] = offset
+            self._seen_order.append((ts, event_id))
         if stage.timers:
             self._set_timers(stage.timers)
         self._buffer.absorb(stage)
@@ -185,7 +198,10 @@ class RunnerStateMachine:
     def restore(self, directory: Path) -> None:
         self._applied = snapshot.restore(self.con, self.engine, Path(directory))
         self._rebuild_active()
-        self._seen = dict(self.con.execute("SELECT event_id, offset_ FROM events_seen").fetchall())
+        rows = self.con.execute(
+            "SELECT event_id, offset_, ts FROM events_seen ORDER BY offset_").fetchall()
+        self._seen = {event_id: offset for event_id, offset, _ in rows}
+        self._seen_order = deque((ts, event_id) for event_id, _, ts in rows)
         self._timers, self._timer_heap = {}, []
         self._set_timers(self.con.execute(
             "SELECT run_id, node_id, deadline_ts FROM app_tasks WHERE status = 'pending' "
@@ -214,8 +230,10 @@ class RunnerStateMachine:
             raise Rejected("event_id", "must be a non-empty string")
         if not isinstance(data, dict):
             raise Rejected("data", "must be an object")
+        self._expire_seen(entry.ts)
         seen = self._seen.get(event_id)
-        if seen is not None:  # exactly one run per event and workflow: answer with the same runs
+        # exactly one run per event and workflow (within the retention): the same runs again
+        if seen is not None and event_id not in self._stage.seen_expired:
             runs = self.peek_event(event_id)
             if runs is None:
                 runs = [run_view(r, self.con) for r in self.con.execute(
@@ -226,15 +244,15 @@ class RunnerStateMachine:
         # engine is fed only once the event passed, the runs are staged, and the event counts
         # as seen only when the stage is absorbed (a rejected event can be sent again).
         metric_values = self._ingest(etype, data, entry.ts)
-        self._stage.seen.append((event_id, etype, entry.offset, entry.ts))
+        self._stage.seen[event_id] = (event_id, etype, entry.offset, entry.ts)
         event = {"event_id": event_id, "type": etype, "ts": p.get("ts"), "data": data}
         effects: list[Any] = []
         views = []
         for wf_id in sorted(w for w, (_, t, _) in self._active.items() if t == etype):
             version, _, compiled = self._active[wf_id]
             run = {
-                "run_id": ids.run_id(event_id, wf_id), "event_id": event_id, "event_type": etype,
-                "workflow_id": wf_id, "version": version, "state": "running",
+                "run_id": ids.run_id(event_id, wf_id, entry.offset), "event_id": event_id,
+                "event_type": etype, "workflow_id": wf_id, "version": version, "state": "running",
                 "node_id": flows.root(compiled), "decision": None, "started_ts": entry.ts,
                 "updated_ts": entry.ts, "offset": entry.offset, "stored_offset": -1,
                 "event": event, "metrics": metric_values, "scores": {}, "apps": {}, "path": [],
@@ -247,6 +265,16 @@ class RunnerStateMachine:
             views.append(view)
         return [Reply(ok=True, runs=views, result={"duplicate": False, "offset": entry.offset}),
                 *effects]
+
+    def _expire_seen(self, ts: int) -> None:
+        """Stage forgetting the event ids first seen ``dedup_retention_ms`` or more before ``ts``
+        (log time, the same on every replica), oldest first, a bounded number per entry."""
+        horizon = ts - self._dedup_retention_ms
+        expired = self._stage.seen_expired
+        for seen_ts, event_id in self._seen_order:
+            if seen_ts > horizon or len(expired) >= seen_expired_per_entry_max:
+                break
+            expired.append(event_id)
 
     def _ingest(self, etype: str, data: dict, ts: int) -> dict[str, Any]:
         if not self._has_metrics:

@@ -215,7 +215,7 @@ def test_leader_started_redrives_unconfirmed_runs_only(machine):
     assert sorted(e.record["event_id"] for e in redrive if isinstance(e, StoreRun)) == \
         ["o-0", "o-1", "o-2"]
     stored = [[e.record["run_id"], e.record["offset"]] for e in redrive
-              if isinstance(e, StoreRun)][:2]
+              if isinstance(e, StoreRun) and e.record["event_id"] != "o-2"]
     log.apply(entries.EFFECTS_DONE, {"stored": stored, "outbox": []})
     again = log.apply(entries.LEADER_STARTED, {})
     assert [e.record["event_id"] for e in again if isinstance(e, StoreRun)] == ["o-2"]
@@ -362,4 +362,32 @@ def test_a_reader_syncs_to_see_a_task_just_opened_and_timers_need_no_query(tmp_p
     restored.restore(tmp_path / "snap")
     assert restored.next_deadline() == T0 + 24 * 3600 * 1000
     for m in (machine, restored):
+        m.close()
+
+
+# --------------------------------------------------------------------- bounded memory
+def test_event_ids_are_deduplicated_within_the_retention_only(tmp_path):
+    hour = 3_600_000
+    a = RunnerStateMachine(tmp_path / "a", engine=BruteForceW1Engine(), dedup_retention_ms=hour)
+    b = RunnerStateMachine(tmp_path / "b", engine=BruteForceW1Engine(), dedup_retention_ms=hour)
+    log = Log(a, b)
+    setup_w3(log)
+    first = reply(log.apply(entries.EVENT_RECEIVED, order("o-1", card="c1"), ts=T0))
+    again = reply(log.apply(entries.EVENT_RECEIVED, order("o-1", card="c1"), ts=T0 + hour - 1))
+    assert again.result["duplicate"] and again.runs == first.runs  # within the retention
+    for i in range(3):  # later orders push o-1 out of the window
+        log.apply(entries.EVENT_RECEIVED, order(f"o-x{i}", card=f"x{i}"), ts=T0 + hour + i)
+    assert "o-1" not in a._seen and len(a._seen) == 3
+    a.flush()
+    assert a.con.execute("SELECT count(*) FROM events_seen").fetchone()[0] == 3
+    late = reply(log.apply(entries.EVENT_RECEIVED, order("o-1", card="c9"), ts=T0 + 2 * hour))
+    assert late.ok and not late.result["duplicate"]  # past the retention: a new event
+    assert a.digest() == b.digest()
+    writer = a.snapshot()
+    writer.write(tmp_path / "snap")
+    writer.close()
+    c = RunnerStateMachine(tmp_path / "c", engine=BruteForceW1Engine(), dedup_retention_ms=hour)
+    c.restore(tmp_path / "snap")
+    assert list(c._seen_order) == list(a._seen_order) and c._seen == a._seen
+    for m in (a, b, c):
         m.close()
