@@ -8,11 +8,15 @@ reaches a score absent from history stops as ``missing_score``, a run that reach
 review whose answer history does not hold stops as ``needs_app_answer``. A webhook is never
 waited for, as in production: its node reads ``status_code`` 0 unless history holds one.
 
-Each event is walked with :func:`workflows.advance`, the one walk the runner's apply uses too,
-so the backtest takes exactly the edges the runner would. Optionally a ``base`` version
-(e.g. the published one) is walked for the same event in the same pass, and the summary says
-how many orders change decision and to what. Callers: :func:`backtest` returns the per-event
-DataFrame; :func:`summarize` turns it into a JSON-ready summary.
+Each event is walked with :func:`workflows.advance`, the one walk the runner's apply uses too
+(through :class:`pipeline.walk.Walker`, which answers built-in scorers as apply does and
+remembers each pure step by the values its node reads), so the backtest takes exactly the edges
+the runner would. Rows are independent: Spark walks each input partition in its own task,
+across every core. Optionally a ``base`` version (e.g. the published one) is walked for the
+same event in the same pass, and the summary says how many orders change decision and to what.
+Callers: :func:`backtest` returns the per-event DataFrame; :func:`summarize` turns it into a
+JSON-ready summary (with a ``console`` part shaped like the console's ``BacktestPublic``) and
+:func:`write_tables` into Parquet tables.
 """
 
 from __future__ import annotations
@@ -26,19 +30,20 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.ordering import SEQ, InvariantViolation
-from workflows import CompiledWorkflow, Workflow, advance, compile_version
+from pipeline.walk import DECIDED, MISSING_SCORE, NEEDS_APP_ANSWER, PATH_SEP, Outcome, Walker
+from workflows import CompiledWorkflow, Workflow, compile_version
+
+__all__ = ["DECIDED", "MISSING_SCORE", "NEEDS_APP_ANSWER", "Outcome", "VersionRef", "backtest",
+           "compile_ref", "summarize", "walk", "write_tables"]
 
 SCORE_PREFIX = "score_"
 APP_PREFIX = "app_"
-PATH_SEP = ">"
 paths_in_summary_max = 50
 changes_in_summary_max = 100
+samples_in_summary_max = 20
+walk_shapes_max = 100_000  # distinct (outcome, base outcome) rows the summary collects
 
-DECIDED = "decided"
-NEEDS_APP_ANSWER = "needs_app_answer"
-MISSING_SCORE = "missing_score"
-
-_RESULT_FIELDS = ("status", "action", "decision_node", "path", "waiting_node")
+_RESULT_FIELDS = ("status", "action", "decision_node", "path", "waiting_node", "edges")
 OUTPUT_SCHEMA = ", ".join(
     ["seq long", "event_id string"]
     + [f"{f} string" for f in _RESULT_FIELDS]
@@ -58,15 +63,6 @@ class VersionRef:
         return cls(workflow.model_dump_json(), version)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    status: str
-    action: str | None
-    decision_node: str | None
-    path: str
-    waiting_node: str | None
-
-
 @functools.lru_cache(maxsize=8)
 def _compiled(ref: VersionRef, known_metrics: tuple[str, ...] | None) -> CompiledWorkflow:
     workflow = Workflow.model_validate_json(ref.workflow_json)
@@ -78,19 +74,16 @@ def compile_ref(ref: VersionRef) -> CompiledWorkflow:
     return _compiled(ref, None)
 
 
+@functools.lru_cache(maxsize=8)
+def _walker(ref: VersionRef) -> Walker:
+    """One walker per version and process: its memo serves every partition the worker runs."""
+    return Walker(compile_ref(ref))
+
+
 def walk(version: CompiledWorkflow, event: dict, metrics: dict, scores: dict,
          apps: dict) -> Outcome:
     """Walk one event from the root to a decision, or to outside work history lacks."""
-    result = advance(version, {"event": event, "metrics": metrics, "scores": scores,
-                               "apps": apps})
-    nodes = [version.root, *(s.next_node_id for s in result.steps)]
-    path = PATH_SEP.join(nodes)
-    if result.decision is not None:
-        return Outcome(DECIDED, result.decision.action, result.node_id, path, None)
-    if result.waiting is None:
-        raise InvariantViolation("advance stopped with neither a decision nor outside work")
-    status = MISSING_SCORE if result.waiting.kind == "score" else NEEDS_APP_ANSWER
-    return Outcome(status, None, None, path, result.node_id)
+    return Walker(version).walk(event, metrics, scores, apps)
 
 
 @dataclass(frozen=True)
@@ -142,33 +135,39 @@ def _outputs_of(node) -> list[str]:
 
 def _partition(batches: Iterator[pa.RecordBatch], refs: tuple[VersionRef, ...],
                cols: _Columns) -> Iterator[pa.RecordBatch]:
-    versions = [compile_ref(r) for r in refs]
+    walkers = [_walker(r) for r in refs]
+    prefixes = ("", "base_")[: len(walkers)]
     for batch in batches:
-        data = batch.to_pydict()
         rows = batch.num_rows
-        out: dict[str, list] = {"seq": data[SEQ], "event_id": data.get("event_id", [None] * rows)}
-        for prefix in ("", "base_")[: len(versions)]:
-            for f in _RESULT_FIELDS:
-                out[prefix + f] = []
+
+        def column(name: str, batch: pa.RecordBatch = batch) -> list:
+            return batch.column(batch.schema.get_field_index(name)).to_pylist()
+
+        event_cols = [(c, column(c)) for c in cols.event]
+        metric_cols = [(m, column(m)) for m in cols.metrics]
+        score_cols = [(s, column(c)) for s, c in cols.scores]
+        app_cols = [(n, o, column(c)) for n, o, c in cols.apps]
+        outcomes: list[list[Outcome]] = [[] for _ in walkers]
         for i in range(rows):
-            event = {c: data[c][i] for c in cols.event if data[c][i] is not None}
-            metrics = {m: data[m][i] for m in cols.metrics if data[m][i] is not None}
-            scores = {s: data[c][i] for s, c in cols.scores if data[c][i] is not None}
+            event = {c: vals[i] for c, vals in event_cols if vals[i] is not None}
+            metrics = {m: vals[i] for m, vals in metric_cols if vals[i] is not None}
+            scores = {s: vals[i] for s, vals in score_cols if vals[i] is not None}
             apps: dict[str, dict] = {}
-            for node_id, output, c in cols.apps:
-                if data[c][i] is not None:
-                    apps.setdefault(node_id, {})[output] = data[c][i]
-            for prefix, version in zip(("", "base_"), versions, strict=False):
-                o = walk(version, event, metrics, scores, apps)
-                out[prefix + "status"].append(o.status)
-                out[prefix + "action"].append(o.action)
-                out[prefix + "decision_node"].append(o.decision_node)
-                out[prefix + "path"].append(o.path)
-                out[prefix + "waiting_node"].append(o.waiting_node)
-        if len(versions) == 1:
+            for node_id, output, vals in app_cols:
+                if vals[i] is not None:
+                    apps.setdefault(node_id, {})[output] = vals[i]
+            for out, walker in zip(outcomes, walkers, strict=True):
+                out.append(walker.walk(event, metrics, scores, apps))
+        data: dict[str, list] = {"seq": column(SEQ),
+                                 "event_id": column("event_id") if "event_id" in
+                                 batch.schema.names else [None] * rows}
+        for prefix, out in zip(prefixes, outcomes, strict=False):
             for f in _RESULT_FIELDS:
-                out["base_" + f] = [None] * rows
-        yield pa.RecordBatch.from_pydict(out, schema=_arrow_schema())
+                data[prefix + f] = [getattr(o, f) for o in out]
+        if len(walkers) == 1:
+            for f in _RESULT_FIELDS:
+                data["base_" + f] = [None] * rows
+        yield pa.RecordBatch.from_pydict(data, schema=_arrow_schema())
 
 
 @functools.cache
@@ -204,33 +203,117 @@ def backtest(history: DataFrame, workflow: Workflow, version: int = 0,
     return history.select(*needed).mapInArrow(fn, OUTPUT_SCHEMA)
 
 
-def summarize(outcomes: DataFrame, compare: bool) -> dict:
-    """Decisions by action and by path and, with ``compare``, the changes against the base."""
-    by_action = {
-        f"{r.status}:{r.action}" if r.action else r.status: r["count"]
-        for r in outcomes.groupBy("status", "action").count().collect()
-    }
-    paths = (outcomes.groupBy("path", "status", "action").count()
-             .orderBy(F.desc("count"), "path").limit(paths_in_summary_max).collect())
+def _label(status: str | None, action: str | None) -> str | None:
+    """A decision as one word: the action, or the status when the walk stopped early."""
+    return action if action is not None else status
+
+
+def _edge_nodes(workflow: Workflow) -> dict[str, str]:
+    return {e.id: n.id for n in workflow.nodes for e in (getattr(n, "edges", None) or [])}
+
+
+def summarize(outcomes: DataFrame, compare: bool, workflow: Workflow | None = None,
+              version: int = 0, base_version: int | None = None) -> dict:
+    """Decisions by action and by path, hits per edge and, with ``compare``, the changes
+    against the base with sample changed orders.
+
+    One aggregation over the outcomes (rows grouped by their walk's shape) feeds every count;
+    a second query takes the sample changed orders. ``console`` has the shape of the console's
+    ``BacktestPublic`` (``runs``, ``changed``, ``matrix``, ``hits``, ``samples``)."""
+    cols = ["status", "action", "path", "edges", "base_status", "base_action", "base_path"]
+    shapes = outcomes.groupBy(*cols).count().limit(walk_shapes_max + 1).collect()
+    if len(shapes) > walk_shapes_max:
+        raise InvariantViolation(f"more than {walk_shapes_max} distinct walks to summarize")
+    by_action: dict[str, int] = {}
+    by_path: dict[tuple, int] = {}
+    hits: dict[str, int] = {}
+    matrix: dict[tuple, int] = {}
+    path_changed = 0
+    for r in shapes:
+        n = r["count"]
+        k = f"{r.status}:{r.action}" if r.action else r.status
+        by_action[k] = by_action.get(k, 0) + n
+        pk = (r.path, r.status, r.action)
+        by_path[pk] = by_path.get(pk, 0) + n
+        for edge in (r.edges or "").split(PATH_SEP):
+            if edge:
+                hits[edge] = hits.get(edge, 0) + n
+        if compare:
+            mk = (_label(r.base_status, r.base_action), _label(r.status, r.action))
+            matrix[mk] = matrix.get(mk, 0) + n
+            path_changed += n if r.path != r.base_path else 0
+    events = sum(by_action.values())
+    edge_nodes = _edge_nodes(workflow) if workflow is not None else {}
     summary: dict = {
-        "events": sum(by_action.values()),
+        "events": events,
         "by_action": dict(sorted(by_action.items())),
-        "by_path": [{"path": r.path, "status": r.status, "action": r.action, "count": r["count"]}
-                    for r in paths],
+        "by_path": [{"path": p, "status": st, "action": a, "count": c}
+                    for (p, st, a), c in sorted(by_path.items(), key=lambda x: (-x[1], x[0][0]))
+                    [:paths_in_summary_max]],
+        "hits": [{"node_id": edge_nodes.get(e), "edge_id": e, "runs": c}
+                 for e, c in sorted(hits.items())],
     }
     if compare:
+        changes = sorted(((b, a, c) for (b, a), c in matrix.items() if a != b),
+                         key=lambda x: (-x[2], str(x[0]), str(x[1])))
+        changed = sum(c for _, _, c in changes)
         this = F.coalesce(F.col("action"), F.col("status"))
         base = F.coalesce(F.col("base_action"), F.col("base_status"))
-        changed = outcomes.where(~this.eqNullSafe(base))
-        changed_count = changed.count()
-        changes = (changed.groupBy(base.alias("from"), this.alias("to")).count()
-                   .orderBy(F.desc("count"), "from", "to").limit(changes_in_summary_max)
-                   .collect())
-        path_changed = outcomes.where(F.col("path") != F.col("base_path")).count()
+        samples = (outcomes.where(~this.eqNullSafe(base)).orderBy(SEQ)
+                   .select(SEQ, "event_id", base.alias("before"), this.alias("after"), "edges")
+                   .limit(samples_in_summary_max).collect())
         summary["compare"] = {
-            "decision_changed": changed_count,
+            "decision_changed": changed,
             "path_changed": path_changed,
-            "changes": [{"from": r["from"], "to": r["to"], "count": r["count"]}
-                        for r in changes],
+            "changes": [{"from": b, "to": a, "count": c}
+                        for b, a, c in changes[:changes_in_summary_max]],
+            "samples": [{"seq": r[SEQ], "event_id": r.event_id, "before": r.before,
+                         "after": r.after, "edges": (r.edges or "").split(PATH_SEP)}
+                        for r in samples],
+        }
+        summary["console"] = {
+            "workflow_id": workflow.id if workflow is not None else None,
+            "active_version": base_version, "version": version, "runs": events,
+            "changed": changed,
+            "matrix": [{"before": b, "after": a, "runs": c}
+                       for (b, a), c in sorted(matrix.items(), key=lambda x: (str(x[0][0]),
+                                                                              str(x[0][1])))],
+            "hits": summary["hits"],
+            "samples": [{"run_id": r.event_id or str(r[SEQ]), "before": r.before,
+                         "after": r.after, "path": (r.edges or "").split(PATH_SEP)}
+                        for r in samples],
         }
     return summary
+
+
+def write_tables(summary: dict, out_dir: str) -> list[str]:
+    """The summary's tables as Parquet files under ``out_dir`` (local paths or any fsspec
+    URL pyarrow can write): by_action, by_path, hits and, when compared, changes, samples."""
+    import pyarrow.parquet as pq
+    from pyarrow import fs as pafs
+
+    filesystem, root = pafs.FileSystem.from_uri(out_dir) if "://" in out_dir else (
+        pafs.LocalFileSystem(), out_dir)
+    filesystem.create_dir(root, recursive=True)
+    tables = {
+        "by_action": pa.Table.from_pylist(
+            [{"decision": k, "count": v} for k, v in summary["by_action"].items()],
+            schema=pa.schema([("decision", pa.string()), ("count", pa.int64())])),
+        "by_path": pa.Table.from_pylist(summary["by_path"], schema=pa.schema(
+            [("path", pa.string()), ("status", pa.string()), ("action", pa.string()),
+             ("count", pa.int64())])),
+        "hits": pa.Table.from_pylist(summary["hits"], schema=pa.schema(
+            [("node_id", pa.string()), ("edge_id", pa.string()), ("runs", pa.int64())])),
+    }
+    if "compare" in summary:
+        tables["changes"] = pa.Table.from_pylist(summary["compare"]["changes"], schema=pa.schema(
+            [("from", pa.string()), ("to", pa.string()), ("count", pa.int64())]))
+        tables["samples"] = pa.Table.from_pylist(summary["compare"]["samples"], schema=pa.schema(
+            [("seq", pa.int64()), ("event_id", pa.string()), ("before", pa.string()),
+             ("after", pa.string()), ("edges", pa.list_(pa.string()))]))
+    written = []
+    for name, table in tables.items():
+        path = f"{root}/{name}.parquet"
+        pq.write_table(table, path, filesystem=filesystem)
+        written.append(name)
+    return written

@@ -29,6 +29,24 @@ from workflows import Workflow, examples
 
 SUMMARY = "summary.json"  # beside OUTCOMES, the per-event Parquet directory
 OUTCOMES = "outcomes"
+TABLES = "summary"  # the summary's tables as Parquet (by_action, by_path, hits, changes, ...)
+
+
+def _join(base: str, name: str) -> str:
+    """``base/name`` for local paths and URLs alike (Path would fold ``s3a://``)."""
+    return f"{base.rstrip('/')}/{name}"
+
+
+def _write_bytes(path: str, data: bytes) -> None:
+    if "://" in path:
+        from pyarrow import fs as pafs
+
+        filesystem, p = pafs.FileSystem.from_uri(path)
+        with filesystem.open_output_stream(p) as f:
+            f.write(data)
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_bytes(data)
 
 
 def load_definitions(spec: str) -> list[str]:
@@ -105,15 +123,17 @@ def run_backtest(spark: SparkSession, history: str, workflow: str, out: str,
     wf = load_workflow(workflow)
     base_ref = (load_workflow(base), base_version) if base else None
     outcomes = backtest_mod.backtest(df, wf, version, base_ref)
-    outcomes_dir = str(Path(out) / OUTCOMES)
+    outcomes_dir = _join(out, OUTCOMES)
     outcomes.write.mode("overwrite").parquet(outcomes_dir)
     written = spark.read.parquet(outcomes_dir)
-    summary = backtest_mod.summarize(written, compare=base_ref is not None)
-    summary["seconds"] = time.perf_counter() - t0
+    summary = backtest_mod.summarize(written, base_ref is not None, wf, version,
+                                     base_version if base_ref else None)
     summary["workflow"] = {"id": wf.id, "version": version}
     if base_ref:
         summary["base"] = {"id": base_ref[0].id, "version": base_version}
-    (Path(out) / SUMMARY).write_bytes(orjson.dumps(summary, option=orjson.OPT_INDENT_2))
+    summary["tables"] = backtest_mod.write_tables(summary, _join(out, TABLES))
+    summary["seconds"] = time.perf_counter() - t0
+    _write_bytes(_join(out, SUMMARY), orjson.dumps(summary, option=orjson.OPT_INDENT_2))
     return {"job": "backtest", **summary, "out": out}
 
 

@@ -16,7 +16,7 @@ take the same edges, webhooks included.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any
@@ -109,13 +109,20 @@ def timed_out(output: Mapping[str, Any] | None) -> bool:
     return bool(output) and output.get("timed_out") is True  # type: ignore[union-attr]
 
 
+StepFn = Callable[[CompiledWorkflow, str, StepContext], StepResult]
+
+
 def advance(version: CompiledWorkflow, context: StepContext | Mapping[str, Any],
-            from_node: str | None = None) -> Walk:
+            from_node: str | None = None, *, step_fn: StepFn | None = None) -> Walk:
     """The one walk, used by the runner and the backtest alike: step from ``from_node`` (the
     root by default) until a decision, or a node whose outside work has no output in the
     context yet. Outside work is done when its node is in ``apps`` (a score node also when all
     its scores are in ``scores``), so the backtest can supply history up front. A webhook is
-    never waited for. A node whose output says ``timed_out`` takes its default edge."""
+    never waited for. A node whose output says ``timed_out`` takes its default edge.
+
+    ``step_fn`` (default :func:`step`) must return what ``step`` returns for the same node and
+    context: the backtest passes ``step`` behind a memo keyed by the values the node reads."""
+    take = step if step_fn is None else step_fn
     ctx = StepContext.of(context)
     node_id = version.root if from_node is None else from_node
     steps: list[StepResult] = []
@@ -137,7 +144,7 @@ def advance(version: CompiledWorkflow, context: StepContext | Mapping[str, Any],
                 continue
             elif not out.is_done(ctx.scores, ctx.apps):
                 return Walk(tuple(steps), node_id, None, out, tuple(webhooks))
-        result = step(version, node_id, ctx)
+        result = take(version, node_id, ctx)
         steps.append(result)
         node_id = result.next_node_id
     raise InvariantViolation(f"walk exceeded {steps_per_walk_max} steps: is the graph acyclic?")

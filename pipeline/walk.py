@@ -1,0 +1,141 @@
+"""The production walk for backtests: ``workflows.advance``, the one walk apply uses, with
+apply's handling of built-in scorers, and its pure steps remembered.
+
+:class:`Walker` follows ``RunnerStateMachine._walk``: it calls ``workflows.advance`` from the
+root; a built-in scorer (``builtin:demo``) where the walk stops is answered inline, as apply
+does (``runner.state.flows``, a thin seam), and the walk goes on; other outside work whose
+answer history lacks ends the walk (``needs_app_answer`` / ``missing_score``). Webhooks and
+timed-out answers are handled inside ``advance`` itself.
+
+A step is a pure function of the node and the values its criteria read (the node's
+``ReadPlan``), so the walker hands ``advance`` a ``step_fn`` that remembers ``workflows.step``'s
+results by exactly those values (type included: ``1``, ``1.0`` and ``true`` are different
+keys): a repeated input costs a dict lookup, and every result is one ``workflows.step`` gave.
+``tests/pipeline/test_backtest_runner.py`` holds the walk to the runner's decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import workflows
+from runner.state import flows
+from workflows import CompiledWorkflow, StepContext, StepResult
+from workflows.activation import WHOLE
+from workflows.errors import InvariantViolation
+
+DECIDED = "decided"
+NEEDS_APP_ANSWER = "needs_app_answer"
+MISSING_SCORE = "missing_score"
+PATH_SEP = ">"
+steps_per_walk_max = 64  # the runner's steps_per_run_max
+memo_entries_max = 200_000  # per node; past it steps are computed, not remembered
+
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    status: str
+    action: str | None
+    decision_node: str | None
+    path: str  # node ids from the root, PATH_SEP-joined
+    waiting_node: str | None
+    edges: str  # edge ids taken, PATH_SEP-joined (hits per edge)
+
+
+def _freeze(source: Mapping[str, Any] | None, fields) -> tuple:
+    if source is None:
+        return (_MISSING,)
+    if fields is WHOLE:
+        return tuple(sorted((k, type(v), v) for k, v in source.items()))
+    out: list = []
+    for f in fields:
+        v = source.get(f, _MISSING)
+        out += (type(v), v)
+    return tuple(out)
+
+
+def _keyer(plan) -> Callable[[StepContext], tuple]:
+    """The values (with their types) a node's criteria read from a step context."""
+
+    def key(ctx: StepContext) -> tuple:
+        parts: list = []
+        for _var, record, app_id, field in plan.flat:
+            src = ctx.apps.get(app_id) if app_id is not None else getattr(ctx, record)
+            v = src.get(field, _MISSING) if src is not None else _MISSING
+            parts += (type(v), v)
+        for name, fields in plan.records:
+            parts.append(_freeze(getattr(ctx, name), fields))
+        if plan.apps_read:
+            if plan.apps is None:
+                parts.append(tuple(sorted((k, _freeze(v, WHOLE)) for k, v in ctx.apps.items())))
+            else:
+                for app_id, fields in plan.apps:
+                    parts.append(_freeze(ctx.apps.get(app_id), fields))
+        return tuple(parts)
+
+    return key
+
+
+class Walker:
+    """Walks orders through one compiled version with the runner's rules (see module doc)."""
+
+    def __init__(self, version: CompiledWorkflow):
+        self.version = version
+        self._memo: dict[str, dict[tuple, StepResult]] = {}
+        self._keys: dict[str, Callable[[StepContext], tuple]] = {}
+        self.steps_computed = 0
+        self.steps_remembered = 0
+
+    def _step(self, version: CompiledWorkflow, node_id: str, ctx: StepContext) -> StepResult:
+        keyer = self._keys.get(node_id)
+        if keyer is None:
+            keyer = self._keys[node_id] = _keyer(self.version.node(node_id).plan)
+            self._memo[node_id] = {}
+        memo = self._memo[node_id]
+        try:
+            key = keyer(ctx)
+            hit = memo.get(key)
+        except TypeError:  # an unhashable value (a list, a map): compute, do not remember
+            key, hit = None, None
+        if hit is not None:
+            self.steps_remembered += 1
+            return hit
+        result = workflows.step(version, node_id, ctx)
+        self.steps_computed += 1
+        if key is not None and len(memo) < memo_entries_max:
+            memo[key] = result
+        return result
+
+    def walk(self, event: dict, metrics: dict, scores: dict, apps: dict) -> Outcome:
+        """From the root to a decision, or to outside work whose answer history lacks.
+        ``scores`` and ``apps`` are copied before the walk adds built-in answers to them."""
+        v = self.version
+        scores, apps = dict(scores), dict(apps)
+        ctx = {"event": event, "scores": scores, "metrics": metrics, "apps": apps}
+        node: str | None = None
+        nodes, edges = [v.root], []
+        for _ in range(steps_per_walk_max):
+            w = workflows.advance(v, ctx, node, step_fn=self._step)
+            for s in w.steps:
+                edges.append(s.edge_id)
+                nodes.append(s.next_node_id)
+            for work in w.webhooks:
+                apps[work.node_id] = dict(workflows.WEBHOOK_SENT)
+            node = w.node_id
+            if w.decision is not None:
+                return Outcome(DECIDED, w.decision.action, node, PATH_SEP.join(nodes), None,
+                               PATH_SEP.join(edges))
+            work = w.waiting
+            if work is not None and flows.is_builtin_scorer(work):
+                result = flows.builtin_result(work, event)
+                apps[node] = result
+                scores.update(result)
+                continue
+            status = MISSING_SCORE if work is not None and work.kind == "score" \
+                else NEEDS_APP_ANSWER
+            return Outcome(status, None, None, PATH_SEP.join(nodes), node, PATH_SEP.join(edges))
+        raise InvariantViolation(f"walk exceeded {steps_per_walk_max} rounds")
