@@ -25,6 +25,7 @@ from pipeline import backfill as backfill_mod
 from pipeline import backtest as backtest_mod
 from pipeline import feature_sets, features, synthetic_job
 from pipeline.ordering import InvariantViolation, with_seq
+from pipeline.sources import read_events
 from workflows import Workflow, examples
 
 SUMMARY = "summary.json"  # beside OUTCOMES, the per-event Parquet directory
@@ -94,7 +95,7 @@ def run_features(spark: SparkSession, events: str, metrics: str, out: str,
                  partitions: int | None = None) -> dict:
     defs = load_definitions(metrics)
     t0 = time.perf_counter()
-    df = features.point_in_time(spark.read.parquet(events), defs, partitions)
+    df = features.point_in_time(read_events(spark, events), defs, partitions)
     df.write.mode("overwrite").parquet(out)
     n = spark.read.parquet(out).count()
     return {"job": "features", "events": n, "metrics": len(features.parse_definitions(defs)),
@@ -105,7 +106,7 @@ def run_backfill(spark: SparkSession, events: str, new: str, existing: str | Non
                  out: str, stream: str = "payments",
                  progress: Callable[[int], None] | None = None) -> dict:
     t0 = time.perf_counter()
-    manifest = backfill_mod.backfill(spark.read.parquet(events), load_definitions(new),
+    manifest = backfill_mod.backfill(read_events(spark, events), load_definitions(new),
                                      load_definitions(existing) if existing else [], out,
                                      stream, progress)
     return {"job": "backfill", "events": manifest.events, "new_metrics": manifest.new_metrics,
@@ -117,7 +118,7 @@ def run_backtest(spark: SparkSession, history: str, workflow: str, out: str,
                  version: int = 0, base: str | None = None, base_version: int = 0,
                  scorer: str | None = None, score_name: str = "payment_abuse") -> dict:
     t0 = time.perf_counter()
-    df = with_seq(spark.read.parquet(history))
+    df = with_seq(read_events(spark, history))
     if scorer:
         df = add_scores(df, scorer, score_name)
     wf = load_workflow(workflow)

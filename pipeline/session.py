@@ -42,7 +42,8 @@ driver_memory_default = memory_plan()["spark.driver.memory"]
 
 def spark_session(app_name: str = "railflow-pipeline", master: str | None = None,
                   driver_memory: str = driver_memory_default,
-                  shuffle_partitions: int = shuffle_partitions_default):
+                  shuffle_partitions: int = shuffle_partitions_default,
+                  conf: dict[str, str] | None = None):
     """Return the process's Spark session, creating it on ``local[*]`` unless told otherwise."""
     # Workers must run the same interpreter as the driver, or they miss pyarrow and our packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -55,7 +56,7 @@ def spark_session(app_name: str = "railflow-pipeline", master: str | None = None
     builder = SparkSession.builder.appName(app_name)
     if master is not None or "spark.master" not in _submitted_conf():
         builder = builder.master(master or "local[*]")
-    for k, v in memory_plan().items():
+    for k, v in {**memory_plan(), **(conf or {})}.items():
         builder = builder.config(k, v)
     spark = (
         builder.config("spark.driver.memory", driver_memory)
