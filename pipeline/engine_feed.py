@@ -91,7 +91,7 @@ class Feeder:
 
     def _feed_batched(self, ts: pa.Array, columns: Mapping[str, pa.Array],
                       rows: int) -> dict[str, Any]:
-        out = self._plan.ingest_many(self.stream, ts, dict(columns))
+        out = self._plan.ingest_many(self.stream, ts, {**columns, TS: ts})
         if isinstance(out, pa.RecordBatch | pa.Table):
             out = {n: out.column(n) for n in self.names}
         got = {n: out[n] for n in self.names}
