@@ -55,6 +55,7 @@ from hdrh.histogram import HdrHistogram
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from runner import signing  # noqa: E402
 from runner.demo import OrderGenerator  # noqa: E402
 from runner.nodes import NodeCluster, free_base_port  # noqa: E402
 
@@ -249,8 +250,10 @@ def percentiles(hist: HdrHistogram) -> dict[str, float]:
             "max_ms": ms(hist.get_max_value()), "min_ms": ms(hist.get_min_value())}
 
 
-def leader_round_trip(leader_url: str) -> dict[str, float]:
-    body = httpx.post(leader_url + "/internal/v1/round-trip", timeout=10).json()
+def leader_round_trip(leader_url: str, secret: str) -> dict[str, float]:
+    path = "/internal/v1/round-trip"
+    body = httpx.post(leader_url + path, timeout=10,
+                      headers=signing.internal_headers(secret, "POST", path)).json()
     return percentiles(HdrHistogram.decode(body["hdr"].encode()))
 
 
@@ -279,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     started_cluster = ensure_cluster()
     topic = f"rf-bench-{uuid.uuid4().hex[:8]}"
     data_dir = Path(tempfile.mkdtemp(prefix="railflow-w3-"))
-    cluster = NodeCluster(data_dir, topic, 3, base_port=free_base_port(3))
+    # The peer row calls the demo scorer, which cluster nodes serve only when asked to.
+    cluster = NodeCluster(data_dir, topic, 3, base_port=free_base_port(3),
+                          env={"RAILFLOW_DEMO_SCORER": "true"})
     results: list[dict[str, Any]] = []
     try:
         cluster.start()
@@ -291,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.quick:
             plan.append(("decision API via all 3 nodes (peer)", "/v1/events", all_urls, 1000))
         for seed, (name, path, targets, rate) in enumerate(plan):
-            leader_round_trip(leader.url)  # reset
+            secret = cluster.shared_secrets["cluster_secret"]
+            leader_round_trip(leader.url, secret)  # reset
             load = generate(args.generator, targets, path, cluster.api_key, rate, duration,
                             warmup, seed + 1)
             row = {"name": name, "rate": rate, "duration_s": duration,
@@ -300,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                    "generator_core_share": load["generator_core_share"],
                    "generator_cpu_us_per_request": load["generator_cpu_us_per_request"]}
             if path == "/v1/events":
-                row["log_round_trip"] = leader_round_trip(leader.url)
+                row["log_round_trip"] = leader_round_trip(leader.url, secret)
             results.append(row)
             print(f"  {name} @ {rate}/s: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
                   f"p99.9 {row['p999_ms']} ms, errors {row['errors']}", flush=True)

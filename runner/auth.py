@@ -2,8 +2,15 @@
 
 Client systems send ``Authorization: Bearer rk_...``; keys are stored only as SHA-256 hashes in
 ``<data_dir>/auth.json`` (plus any keys given in ``RAILFLOW_API_KEYS``). Console users log in
-with a password (PBKDF2-hashed) and receive a signed, expiring token ``rt.<payload>.<mac>``
-carrying their role. Roles are ordered: analyst < manager < admin.
+with a password (PBKDF2-hashed) and receive ``rt.<JWT>`` (PyJWT, HS256, expiring) carrying
+their role; its ``kid`` names the signing secret, so secrets rotate: sign with the current one,
+still accept tokens of the ``previous`` ones until they expire. Roles are ordered:
+analyst < manager < admin.
+
+Sign-in is throttled: after ``login_failures_max`` failures in ``login_window_s`` for one user
+name, or ``login_failures_per_address_max`` from one address, ``login`` raises ``Throttled``
+until the window passes. An unknown user costs the same PBKDF2 work as a known one, so timing
+does not tell which names exist.
 
 ``principal(bearer)`` is on every request's path: it keeps the principals it resolved in a
 cache keyed by the SHA-256 of the bearer, confirmed with ``hmac.compare_digest`` (the cache
@@ -13,20 +20,37 @@ cached principal expires with the token; creating a key or a user clears the cac
 
 from __future__ import annotations
 
-import base64
+import collections
 import hashlib
 import hmac
 import json
 import secrets
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import jwt
 
 ROLES = ("analyst", "manager", "admin")
 token_ttl_s = 12 * 3600
 pbkdf2_iterations = 100_000
 principals_cached_max = 10_000  # distinct bearers; the cache starts over when full
+login_window_s = 300.0
+login_failures_max = 5  # per user name and window
+login_failures_per_address_max = 20  # per client address and window
+login_tracked_max = 10_000  # names and addresses remembered; the oldest are forgotten
+_TOKEN_ALGORITHM = "HS256"
+_DUMMY_SALT = "railflow-no-such-user"
+
+
+class Throttled(Exception):
+    """Too many failed sign-ins for this user or address; retry after ``retry_after_s``."""
+
+    def __init__(self, retry_after_s: float) -> None:
+        super().__init__(f"too many failed sign-ins; retry in {retry_after_s:.0f} s")
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)
@@ -55,12 +79,53 @@ def _pw_hash(password: str, salt: str) -> str:
     return dk.hex()
 
 
+def _token_key(secret: str) -> bytes:
+    """A 32-byte HS256 key from a configured secret of any length."""
+    return hashlib.sha256(b"railflow console token:" + secret.encode()).digest()
+
+
+def _kid(secret: bytes) -> str:
+    return hashlib.sha256(b"kid:" + secret).hexdigest()[:12]
+
+
+class _Failures:
+    """Failed sign-ins per name within a sliding window (bounded)."""
+
+    def __init__(self) -> None:
+        self._times: collections.OrderedDict[str, collections.deque[float]] = (
+            collections.OrderedDict())
+
+    def recent(self, name: str, now: float) -> collections.deque[float]:
+        times = self._times.get(name)
+        if times is None:
+            return collections.deque()
+        while times and times[0] <= now - login_window_s:
+            times.popleft()
+        return times
+
+    def add(self, name: str, now: float) -> None:
+        times = self._times.setdefault(name, collections.deque())
+        self._times.move_to_end(name)
+        times.append(now)
+        while len(times) > login_failures_per_address_max:
+            times.popleft()
+        while len(self._times) > login_tracked_max:
+            self._times.popitem(last=False)
+
+
 class AuthStore:
     """Keys and users of one node; the file is written with owner-only permissions."""
 
-    def __init__(self, path: Path | None, token_secret: str, extra_keys: list[str] = ()):
+    def __init__(self, path: Path | None, token_secret: str, extra_keys: Sequence[str] = (),
+                 previous_secrets: Sequence[str] = (),
+                 clock: Callable[[], float] = time.monotonic):
         self._path = path
-        self._secret = token_secret.encode()
+        self._secret = _token_key(token_secret)
+        self._verify = {_kid(k): k for k in [self._secret, *map(_token_key, previous_secrets)]}
+        self._clock = clock
+        self._failed_users = _Failures()
+        self._failed_addresses = _Failures()
+        self._dummy_hash = _pw_hash(secrets.token_hex(8), _DUMMY_SALT)
         self._lock = threading.Lock()
         self._data: dict = {"keys": {}, "users": {}}
         if path is not None and path.exists():
@@ -105,28 +170,49 @@ class AuthStore:
     def has_user(self, username: str) -> bool:
         return username in self._data["users"]
 
-    def login(self, username: str, password: str) -> str | None:
+    def login(self, username: str, password: str, address: str = "") -> str | None:
+        """A token, or None for a wrong name or password; raises ``Throttled``."""
+        now = self._clock()
+        with self._lock:
+            for failures, name, limit in (
+                    (self._failed_users, username, login_failures_max),
+                    (self._failed_addresses, address, login_failures_per_address_max)):
+                recent = failures.recent(name, now)
+                if len(recent) >= limit:
+                    raise Throttled(recent[0] + login_window_s - now)
         user = self._data["users"].get(username)
-        if user is None or not hmac.compare_digest(user["hash"], _pw_hash(password, user["salt"])):
+        salt, want = (user["salt"], user["hash"]) if user else (_DUMMY_SALT, self._dummy_hash)
+        ok = hmac.compare_digest(want, _pw_hash(password, salt)) and user is not None
+        if not ok:
+            with self._lock:
+                self._failed_users.add(username, now)
+                self._failed_addresses.add(address, now)
             return None
         return self.issue_token(username, user["role"])
 
     def issue_token(self, username: str, role: str, now_s: float | None = None) -> str:
-        exp = int((time.time() if now_s is None else now_s) + token_ttl_s)
-        payload = base64.urlsafe_b64encode(json.dumps([username, role, exp]).encode()).decode()
-        mac = hmac.new(self._secret, payload.encode(), hashlib.sha256).hexdigest()[:32]
-        return f"rt.{payload}.{mac}"
+        now = int(time.time() if now_s is None else now_s)
+        claims = {"sub": username, "role": role, "iat": now, "exp": now + token_ttl_s}
+        token = jwt.encode(claims, self._secret, algorithm=_TOKEN_ALGORITHM,
+                           headers={"kid": _kid(self._secret)})
+        return f"rt.{token}"
 
     def user_for_token(self, token: str, now_s: float | None = None) -> Principal | None:
-        try:
-            _, payload, mac = token.split(".")
-            want = hmac.new(self._secret, payload.encode(), hashlib.sha256).hexdigest()[:32]
-            if not hmac.compare_digest(mac, want):
-                return None
-            username, role, exp = json.loads(base64.urlsafe_b64decode(payload))
-        except (ValueError, TypeError):
+        if not token.startswith("rt."):
             return None
-        if exp < (time.time() if now_s is None else now_s) or role not in ROLES:
+        raw = token[3:]
+        try:
+            secret = self._verify.get(jwt.get_unverified_header(raw).get("kid", ""))
+            if secret is None:
+                return None
+            claims = jwt.decode(raw, secret, algorithms=[_TOKEN_ALGORITHM],
+                                options={"require": ["exp", "sub"], "verify_exp": False})
+        except jwt.PyJWTError:
+            return None
+        exp, username, role = claims.get("exp"), claims.get("sub"), claims.get("role")
+        if not isinstance(exp, int) or exp < (time.time() if now_s is None else now_s):
+            return None
+        if role not in ROLES or not isinstance(username, str):
             return None
         return Principal(name=username, kind="user", role=role)
 
@@ -150,5 +236,5 @@ class AuthStore:
 
     @staticmethod
     def _token_expiry(token: str) -> float:
-        """The expiry of a token whose MAC was already checked."""
-        return float(json.loads(base64.urlsafe_b64decode(token.split(".")[1]))[2])
+        """The expiry of a token whose signature was already checked."""
+        return float(jwt.decode(token[3:], options={"verify_signature": False})["exp"])

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import orjson
 
-from runner import signing, webhooks
+from runner import egress, signing, webhooks
 from runner.runstore.base import RunRecord, RunStore
 from runner.settings import Settings
 from runner.state import entries
@@ -142,8 +142,9 @@ class EffectExecutor:
         callback = f"{self._settings.url}/v1/runs/{effect.run_id}/apps/{effect.node_id}"
         body = orjson.dumps({**effect.request, "callback_url": callback})
         headers = {"content-type": "application/json",
-                   signing.HEADER: signing.sign(self._settings.app_secret, body,
-                                                int(time.time() * 1000))}
+                   signing.HEADER: signing.sign(
+                       self._settings.app_secrets.get(effect.app, self._settings.app_secret),
+                       body, int(time.time() * 1000))}
         try:
             resp = await self._client.post(url, content=body, headers=headers,
                                            timeout=max(0.001, effect.timeout_ms / 1000))
@@ -167,8 +168,17 @@ class EffectExecutor:
             log.info("AppCompleted for %s not applied: %s", effect.run_id, exc)
 
     async def _webhook(self, effect: SendWebhook) -> None:
-        secret = self._secrets.get(effect.secret_ref or "", self._settings.app_secret)
         s = self._settings
+        secret = self._secrets.get(effect.secret_ref or "")
+        if secret is None or not egress.url_allowed(effect.url, s.allowed_url_prefixes):
+            # Published before the configuration changed: refused, never sent unsigned or
+            # signed with another secret. Confirmed, so no later leader retries it.
+            log.error("webhook %s refused: URL %r not allowed or secret_ref %r unknown",
+                      effect.effect_id, effect.url, effect.secret_ref)
+            self._counters.webhooks.labels("refused").inc()
+            with self._lock:
+                self._outbox_done.add(effect.effect_id)
+            return
         ok = await webhooks.deliver(
             self._client, effect.url, effect.payload, secret=secret,
             idempotency_key=effect.effect_id, attempts_max=s.webhook_attempts_max,

@@ -1,14 +1,20 @@
 """Forwards a follower's submissions to the leader over HTTP (``POST /internal/v1/submit``).
 
-Requests are signed with the cluster's shared secret; the leader answers with the ``Applied``
-of the entry, effects included (only ``Reply`` and ``RunChanged`` travel; the rest are the
-leader's business).
+Requests are signed with the cluster secret (not the apps' secret) and carry a random nonce;
+the leader accepts a request only if its signature is at most ``forward_age_ms_max`` old, its
+nonce was not seen within that window (``ReplayGuard``) and its kind is one a follower's API
+may submit (``FORWARDABLE_KINDS``: never ``Tick``/``EffectsDone``, which only a leader writes,
+nor replog's own kinds). The leader answers with the ``Applied`` of the entry, effects
+included (only ``Reply`` and ``RunChanged`` travel; the rest are the leader's business).
 """
 
 from __future__ import annotations
 
 import base64
+import secrets
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any
 
@@ -18,9 +24,13 @@ import orjson
 from replog.errors import AppendTimeout, Fenced, NotLeader, Overloaded, ReplogError
 from replog.protocols import Applied
 from runner import signing
+from runner.state import entries
 from runner.state.effects import Reply, RunChanged
 
 PATH = "/internal/v1/submit"
+FORWARDABLE_KINDS = frozenset(entries.KINDS - {entries.TICK, entries.EFFECTS_DONE})
+forward_age_ms_max = 30_000
+nonces_max = 200_000  # ~ 30 s of forwards at 6,000/s; beyond that the oldest are forgotten
 _WIRE_EFFECTS = {"Reply": Reply, "RunChanged": RunChanged}
 _ERRORS = {"NotLeader": NotLeader, "Fenced": Fenced, "AppendTimeout": AppendTimeout,
            "Overloaded": Overloaded}
@@ -44,12 +54,55 @@ def decode_applied(raw: bytes) -> Applied:
 
 def encode_request(kind: str, payload: bytes, timeout_s: float) -> bytes:
     return orjson.dumps({"kind": kind, "payload": base64.b64encode(payload).decode(),
-                         "timeout_s": timeout_s})
+                         "timeout_s": timeout_s, "nonce": secrets.token_hex(16)})
 
 
-def decode_request(raw: bytes) -> tuple[str, bytes, float]:
-    body = orjson.loads(raw)
-    return body["kind"], base64.b64decode(body["payload"]), float(body["timeout_s"])
+def decode_request(raw: bytes) -> tuple[str, bytes, float, str]:
+    """(kind, payload, timeout_s, nonce); raises ValueError when malformed."""
+    try:
+        body = orjson.loads(raw)
+        kind, nonce = body["kind"], body["nonce"]
+        if not isinstance(kind, str) or not isinstance(nonce, str) or not nonce:
+            raise ValueError("kind and nonce must be strings")
+        return kind, base64.b64decode(body["payload"], validate=True), float(body["timeout_s"]), \
+            nonce
+    except (KeyError, TypeError, ValueError, orjson.JSONDecodeError) as exc:
+        raise ValueError(f"malformed forwarded request: {exc}") from None
+
+
+class ReplayGuard:
+    """Nonces seen within the signature window: a captured request sent again is refused."""
+
+    def __init__(self, window_ms: int = forward_age_ms_max, size_max: int = nonces_max) -> None:
+        self._window_ms, self._size_max = window_ms, size_max
+        self._seen: OrderedDict[str, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first_time(self, nonce: str, now_ms: int) -> bool:
+        with self._lock:
+            while self._seen:
+                oldest, at = next(iter(self._seen.items()))
+                if at > now_ms - self._window_ms and len(self._seen) < self._size_max:
+                    break
+                del self._seen[oldest]
+            if nonce in self._seen:
+                return False
+            self._seen[nonce] = now_ms
+            return True
+
+
+def check_forwarded(secret: str, guard: ReplayGuard, body: bytes, header: str | None,
+                    now_ms: int) -> tuple[str, bytes, float]:
+    """The request a follower forwarded, once authentic, fresh, new and of an allowed kind;
+    raises PermissionError (401/403) or ValueError (400) with the reason."""
+    if not signing.verify(secret, body, header, now_ms, forward_age_ms_max):
+        raise PermissionError("missing, stale or wrong cluster signature")
+    kind, payload, timeout_s, nonce = decode_request(body)
+    if kind not in FORWARDABLE_KINDS:
+        raise ValueError(f"kind {kind!r} cannot be forwarded")
+    if not guard.first_time(nonce, now_ms):
+        raise PermissionError("replayed request")
+    return kind, payload, timeout_s
 
 
 def error_body(exc: ReplogError) -> bytes:

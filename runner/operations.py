@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 import workflows
-from runner import limits
+from runner import egress, limits
 from runner.errors import NotFound, RequestInvalid
 from runner.runstore.base import RunRecord
 from runner.service import Service
@@ -138,8 +138,17 @@ def _parse_workflow(definition: dict) -> workflows.Workflow:
         raise RequestInvalid("definition", " ".join(str(exc).split())) from None
 
 
+def _check_egress(svc: Service, definition: dict) -> None:
+    s = svc.settings
+    problems = egress.workflow_problems(definition, s.allowed_url_prefixes, s.webhook_secrets)
+    if problems:
+        field, message = problems[0]
+        raise RequestInvalid(field, message)
+
+
 async def save_draft(svc: Service, workflow_id: str, definition: dict, user: str,
                      create: bool, if_match: str | None = None) -> dict:
+    _check_egress(svc, definition)
     if definition.get("id") != workflow_id:
         raise RequestInvalid("id", f"must equal the workflow id in the path ({workflow_id})")
     exists = any(w["workflow_id"] == workflow_id for w in _read(svc, queries.workflows))
@@ -173,12 +182,18 @@ def validate(svc: Service, definition: dict) -> dict:
 
 
 async def publish(svc: Service, workflow_id: str, user: str) -> dict:
+    draft = _read(svc, queries.draft, workflow_id)
+    if draft is not None:  # saved before the allow-list changed
+        _check_egress(svc, draft["definition"])
     _, reply = await _apply(svc, entries.WORKFLOW_PUBLISHED,
                             {"workflow_id": workflow_id, "by": user})
     return reply.result
 
 
 async def rollback(svc: Service, workflow_id: str, version: int, user: str) -> dict:
+    old = _read(svc, queries.version_definition, workflow_id, version)
+    if old is not None:  # published before the allow-list changed
+        _check_egress(svc, old)
     _, reply = await _apply(svc, entries.WORKFLOW_ROLLED_BACK,
                             {"workflow_id": workflow_id, "version": version, "by": user})
     return reply.result
@@ -246,19 +261,30 @@ async def unclaim(svc: Service, run_id: str, node_id: str, user: str, override: 
 
 async def decide(svc: Service, run_id: str, node_id: str, user: str, outcome: str,
                  override: bool, reason: str = "") -> dict:
-    task = await _review_task(svc, run_id, node_id)
-    if task["status"] != "pending":
-        raise RequestInvalid("run_id", f"the review task is {task['status']}", 409)
-    lapsed = task.get("claim_expires_ts") is not None and task["claim_expires_ts"] <= _now_ms()
-    if task["claimed_by"] not in (None, user) and not override and not lapsed:
-        raise RequestInvalid("run_id", f"claimed by {task['claimed_by']}", 409)
-    run = get_run(svc, run_id)
-    definition = version(svc, run["workflow_id"], run["workflow_version"])
-    node = next(n for n in definition["nodes"] if n["id"] == node_id)
-    if outcome not in node.get("outcomes", []):
-        raise RequestInvalid("outcome", f"must be one of {node.get('outcomes')}")
-    answer = {"outcome": outcome, "reviewer": user, **({"reason": reason} if reason else {})}
-    return await app_completed(svc, run_id, node_id, answer)
+    """A reviewer's outcome; apply checks the claim and the outcome on every replica."""
+    await _review_task(svc, run_id, node_id)
+    _, reply = await _apply(svc, entries.REVIEW_DECIDED,
+                            {"run_id": run_id, "node_id": node_id, "user": user,
+                             "outcome": outcome, "override": override,
+                             **({"reason": reason} if reason else {})})
+    return presented(reply.runs[0])
+
+
+def app_secret(svc: Service, run_id: str, node_id: str) -> str:
+    """The secret of the app that ``node_id`` of the run calls (``RAILFLOW_APP_SECRETS``),
+    else the shared app secret; an app holding only its own secret answers only its nodes."""
+    secrets = svc.settings.app_secrets
+    if secrets:
+        try:
+            run = get_run(svc, run_id)
+            definition = version(svc, run["workflow_id"], run["workflow_version"])
+            node = next((n for n in definition["nodes"] if n["id"] == node_id), {})
+        except (NotFound, KeyError):
+            node = {}
+        app = node.get("app")
+        if app in secrets:
+            return secrets[app]
+    return svc.settings.app_secret
 
 
 async def _review_task(svc: Service, run_id: str, node_id: str) -> dict:

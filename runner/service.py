@@ -26,7 +26,7 @@ from runner import demo
 from runner.auth import AuthStore
 from runner.errors import RequestInvalid
 from runner.executor import EffectExecutor
-from runner.forwarder import HttpForwarder
+from runner.forwarder import HttpForwarder, ReplayGuard
 from runner.runstore import RunStore, open_run_store
 from runner.settings import Settings
 from runner.state import entries, queries
@@ -49,7 +49,8 @@ class Service:
         self.telemetry = Telemetry()
         settings.node_dir.mkdir(parents=True, exist_ok=True)
         self.auth = AuthStore(settings.data_dir / "auth.json", settings.token_secret,
-                              settings.api_keys)
+                              settings.api_keys, settings.token_secrets_previous)
+        self.replay_guard = ReplayGuard()  # nonces of forwarded requests already served
         self._run_store = run_store
         self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future]]] = {}
         self._waiters_lock = threading.Lock()

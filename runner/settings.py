@@ -66,6 +66,7 @@ class Settings(BaseSettings):
     # an event id sent again within this much log time is a duplicate (same runs); memory holds
     # one id per event in the window (runner.state.machine.DEDUP_RETENTION_MS_DEFAULT)
     dedup_retention_ms: int = Field(default=3_600_000, ge=60_000)
+    demo_scorer: bool | None = None  # serve POST /demo/score; default: embedded demo mode only
     tick_interval_ms: int = 250
     effects_confirm_interval_ms: int = 100
     request_deadline_ms_default: int = 2_000
@@ -82,7 +83,10 @@ class Settings(BaseSettings):
     cluster_secret: str = DEMO_SECRETS["cluster_secret"]  # forwarding, checkpoint manifests
     api_keys: list[str] = Field(default_factory=list)  # extra client keys (cluster nodes)
     app_urls: dict[str, str] = Field(default_factory=dict)  # app name -> URL of the app
+    app_secrets: dict[str, str] = Field(default_factory=dict)  # app name -> its own secret
     webhook_secrets: dict[str, str] = Field(default_factory=dict)  # secret_ref -> secret
+    # Webhook and app URLs must be under one of these (runner.egress); none by default.
+    allowed_url_prefixes: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _no_default_secrets_in_cluster(self) -> Settings:
@@ -95,6 +99,12 @@ class Settings(BaseSettings):
                 raise ValueError(f"cluster mode refuses default or short secrets: set {names} "
                                  f"(at least {secret_chars_min} characters, the same on every "
                                  "node)")
+        from runner.egress import url_allowed
+
+        refused = [f"{app}={url}" for app, url in sorted(self.app_urls.items())
+                   if not url_allowed(url, self.allowed_url_prefixes)]
+        if refused:
+            raise ValueError(f"RAILFLOW_APP_URLS outside RAILFLOW_ALLOWED_URL_PREFIXES: {refused}")
         return self
 
     def resolved_cluster_secret(self) -> str:
@@ -115,6 +125,12 @@ class Settings(BaseSettings):
         """Signs and verifies checkpoint manifests (derived: never the forwarding key itself)."""
         return hmac.new(self.resolved_cluster_secret().encode(), b"railflow checkpoint manifest",
                         hashlib.sha256).digest()
+
+    @property
+    def demo_scorer_enabled(self) -> bool:
+        if self.demo_scorer is not None:
+            return self.demo_scorer
+        return self.mode == "embedded" and self.demo
 
     @property
     def url(self) -> str:

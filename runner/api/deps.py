@@ -6,13 +6,17 @@ dependency and request; these do no blocking work (the principal comes from a ca
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from runner import signing
 from runner.auth import Principal
 from runner.service import Service
+
+internal_signature_age_ms_max = 30_000
 
 _bearer = HTTPBearer(auto_error=False, description="A client API key or a console token")
 
@@ -53,3 +57,26 @@ Reader = Annotated[Principal, Depends(allow("client", "analyst"))]
 Analyst = Annotated[Principal, Depends(allow("analyst"))]
 Manager = Annotated[Principal, Depends(allow("manager"))]
 Admin = Annotated[Principal, Depends(allow("admin"))]
+
+
+async def internal_caller(request: Request, svc: Svc,
+                          creds: Annotated[HTTPAuthorizationCredentials | None,
+                                           Depends(_bearer)]) -> str:
+    """``/internal/*``: a request signed with the cluster secret (``signing.internal_headers``),
+    or an admin's console token. Returns who called."""
+    header = request.headers.get(signing.HEADER)
+    if header is not None:
+        body = await request.body()
+        message = signing.internal_message(request.method, request.url.path, body)
+        if signing.verify(svc.settings.resolved_cluster_secret(), message, header,
+                          time.time_ns() // 1_000_000, internal_signature_age_ms_max):
+            return "cluster"
+        raise HTTPException(401, "wrong or stale cluster signature")
+    principal = svc.auth.principal(creds.credentials) if creds and creds.credentials else None
+    if principal is not None and principal.has_role("admin"):
+        return principal.name
+    raise HTTPException(401, "requires the cluster signature or an admin token",
+                        headers={"WWW-Authenticate": "Bearer"})
+
+
+Internal = Annotated[str, Depends(internal_caller)]

@@ -119,8 +119,9 @@ class HotPath:
         parts = scope["path"].split("/")
         if len(parts) != 6 or parts[4] != "apps" or not parts[3] or not parts[5]:
             return False
+        secret = ops.app_secret(self.svc, parts[3], parts[5])  # the app's own, per node
         if not _json_body(scope) or not signing.verify(
-                self.svc.settings.app_secret, body,
+                secret, signing.callback_message(parts[3], parts[5], body),
                 _header(scope, b"railflow-signature"), now_ms=ops._now_ms()):
             return False
         try:

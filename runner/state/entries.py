@@ -18,12 +18,13 @@ WORKFLOW_ROLLED_BACK = "WorkflowRolledBack"  # {workflow_id, version, by}
 METRIC_DEFINED = "MetricDefined"  # {text}
 METRIC_DROPPED = "MetricDropped"  # {name}
 REVIEW_CLAIMED = "ReviewClaimed"  # {run_id, node_id, user, ttl_ms?, release?, override?}
+REVIEW_DECIDED = "ReviewDecided"  # {run_id, node_id, user, outcome, override, reason?}
 EFFECTS_DONE = "EffectsDone"  # {stored: [[run_id, offset]], outbox: [effect_id]}
 LEADER_STARTED = "replog.LeaderStarted"  # appended by replog; apply re-drives effects
 
 KINDS = frozenset({EVENT_RECEIVED, APP_COMPLETED, TICK, WORKFLOW_DRAFT_SAVED, WORKFLOW_PUBLISHED,
                    WORKFLOW_ROLLED_BACK, METRIC_DEFINED, METRIC_DROPPED, REVIEW_CLAIMED,
-                   EFFECTS_DONE})
+                   REVIEW_DECIDED, EFFECTS_DONE})
 
 
 def encode(payload: dict[str, Any]) -> bytes:

@@ -89,6 +89,7 @@ class RunnerStateMachine:
             entries.METRIC_DEFINED: self._metric_defined,
             entries.METRIC_DROPPED: self._metric_dropped,
             entries.REVIEW_CLAIMED: self._review_claimed,
+            entries.REVIEW_DECIDED: self._review_decided,
             entries.EFFECTS_DONE: self._effects_done,
             entries.LEADER_STARTED: self._leader_started,
         }
@@ -360,9 +361,41 @@ class RunnerStateMachine:
             [run_id, node]).fetchone()
         if task is None:
             raise Rejected("node_id", f"run {run_id} has no app task at node {node}", 404)
-        if task[0] != "pending":  # a late answer after a timeout or a second answer: ignored
+        if task[1] == "review":  # an app answers its own node only; reviewers use the review API
+            raise Rejected("node_id", f"node {node} is a review: only the review API decides it",
+                           403)
+        return self._complete_task(entry, run_id, node, result, task[0])
+
+    def _review_decided(self, entry: Any, p: dict) -> list[Any]:
+        """A reviewer's outcome, checked here (not only in the API) so that every replica
+        accepts exactly the decisions of the user who holds the claim (or a manager's)."""
+        run_id, node, user = p["run_id"], p["node_id"], p["user"]
+        outcome, override = p["outcome"], bool(p.get("override"))
+        task = self.con.execute(
+            "SELECT status, kind, claimed_by FROM app_tasks WHERE run_id = ? AND node_id = ?",
+            [run_id, node]).fetchone()
+        if task is None or task[1] != "review":
+            raise Rejected("run_id", f"no review task for run {run_id} at node {node}", 404)
+        if task[0] != "pending":
+            raise Rejected("run_id", f"the review task is {task[0]}", 409)
+        if task[2] != user and not override:
+            holder = f"claimed by {task[2]}" if task[2] else "not claimed: claim it first"
+            raise Rejected("run_id", holder, 409)
+        run = self._load_run(run_id)
+        info = flows.outside(self._compiled(run["workflow_id"], run["version"]), node)
+        allowed = list(info.outcomes) if info is not None else []
+        if outcome not in allowed:
+            raise Rejected("outcome", f"must be one of {allowed}")
+        reason = p.get("reason")
+        answer = {"outcome": outcome, "reviewer": user,
+                  **({"reason": reason} if isinstance(reason, str) and reason else {})}
+        return self._complete_task(entry, run_id, node, answer, task[0])
+
+    def _complete_task(self, entry: Any, run_id: str, node: str, result: dict,
+                       status: str) -> list[Any]:
+        if status != "pending":  # a late answer after a timeout or a second answer: ignored
             run = self._load_run(run_id)
-            return [Reply(ok=True, runs=[run_view_of(run)], result={"ignored": task[0]})]
+            return [Reply(ok=True, runs=[run_view_of(run)], result={"ignored": status})]
         self._stage.timers.append((run_id, node, None))
         self.con.execute("UPDATE app_tasks SET status = 'done', outcome = ? "
                          "WHERE run_id = ? AND node_id = ?",

@@ -168,16 +168,38 @@ def test_workflow_draft_publish_diff_rollback(api):
     assert {r["workflow_version"] for r in runs if r["workflow_id"] == "w3_copy"} == {3}
 
 
+def _callback(client, svc, run_id: str, node_id: str, body: bytes, signed_for=None):
+    message = signing.callback_message(*(signed_for or (run_id, node_id)), body)
+    header = signing.sign(svc.settings.app_secret, message, int(time.time() * 1000))
+    return client.post(f"/v1/runs/{run_id}/apps/{node_id}", content=body,
+                       headers={"content-type": "application/json", signing.HEADER: header})
+
+
 def test_app_callback_needs_a_valid_signature(api):
     client, svc = api
     body = orjson.dumps({"result": {"outcome": "accept"}})
     r = client.post("/v1/runs/r_x/apps/review", content=body,
                     headers={"content-type": "application/json"})
     assert r.status_code == 401
-    header = signing.sign(svc.settings.app_secret, body, int(time.time() * 1000))
-    r = client.post("/v1/runs/r_x/apps/review", content=body,
-                    headers={"content-type": "application/json", signing.HEADER: header})
-    assert r.status_code == 404
+    assert _callback(client, svc, "r_x", "review", body, signed_for=("r_y", "review")
+                     ).status_code == 401  # a signature for another run does not carry over
+    assert _callback(client, svc, "r_x", "review", body).status_code == 404
+
+
+def test_an_app_callback_cannot_decide_a_review(api):
+    client, svc = api
+    order = dict(amount=300_000, country="NG", card="c-rev2", channel="card-not-present")
+    runs = post_order(client, "api-review-app", **order).json()["runs"]
+    (run,) = [r for r in runs if r["workflow_id"] == "w3_demo"]
+    assert run["waiting_for"] == "review"
+    for _ in range(100):
+        r = _callback(client, svc, run["run_id"], "review",
+                      orjson.dumps({"result": {"outcome": "accept"}}))
+        if r.status_code != 404:  # the task is in DuckDB
+            break
+        time.sleep(0.05)
+    assert r.status_code == 403 and r.json()["detail"][0]["loc"][-1] == "node_id"
+    assert client.get(f"/v1/runs/{run['run_id']}").json()["state"] == "waiting"
 
 
 def test_health_and_prometheus(api):
@@ -190,6 +212,65 @@ def test_health_and_prometheus(api):
 
 def test_demo_score_app(api):
     client, _ = api
-    r = client.post("/demo/score", json={"event": {"data": {"amount": 900_000, "country": "NG",
-                                                            "channel": "card-not-present"}}})
+    body = {"event": {"data": {"amount": 900_000, "country": "NG", "channel": "card-not-present"}}}
+    r = client.post("/demo/score", json=body)
     assert r.status_code == 200 and r.json()["result"]["payment_abuse"] > 80
+    assert client.post("/demo/score", json=body, headers={"Authorization": ""}).status_code == 401
+
+
+def test_internal_routes_need_the_cluster_secret_or_an_admin(api):
+    client, svc = api
+    bare = {"Authorization": ""}
+    for method, path in (("POST", "/internal/v1/round-trip"), ("GET", "/internal/v1/digests")):
+        assert client.request(method, path, headers=bare).status_code == 401
+        assert client.request(method, path).status_code == 401  # a client key is not enough
+        signed = signing.internal_headers(svc.settings.resolved_cluster_secret(), method, path)
+        assert client.request(method, path, headers={**bare, **signed}).status_code == 200
+        other = signing.internal_headers(svc.settings.resolved_cluster_secret(), method,
+                                         "/internal/v1/elsewhere")
+        assert client.request(method, path, headers={**bare, **other}).status_code == 401
+        assert client.request(method, path, headers=token(client, "admin")).status_code == 200
+
+
+def test_forwarding_needs_the_cluster_secret_an_allowed_kind_and_no_replay(api):
+    client, svc = api
+    from runner import forwarder
+    from runner.state import entries
+
+    def send(kind: str, payload: dict, secret: str, body: bytes | None = None):
+        body = body or forwarder.encode_request(kind, entries.encode(payload), 5)
+        header = signing.sign(secret, body, int(time.time() * 1000))
+        return body, client.post(forwarder.PATH, content=body, headers={signing.HEADER: header})
+
+    cluster = svc.settings.resolved_cluster_secret()
+    event = {"event_id": "api-fwd", "type": "order", "data": {"card": "c-fwd", "amount": 5}}
+    assert send(entries.EVENT_RECEIVED, event, svc.settings.app_secret)[1].status_code == 401
+    assert send(entries.TICK, {}, cluster)[1].status_code == 400
+    assert send(entries.EFFECTS_DONE, {"stored": []}, cluster)[1].status_code == 400
+    assert send("replog.LeaderStarted", {}, cluster)[1].status_code == 400
+    body, r = send(entries.EVENT_RECEIVED, event, cluster)
+    assert r.status_code == 200 and r.json()["offset"] >= 0
+    assert send("", {}, cluster, body=body)[1].status_code == 401  # the same request again
+
+
+def test_a_webhook_outside_the_allow_list_or_with_an_unknown_secret_is_refused(api):
+    client, _ = api
+    manager = token(client, "manager")
+    wf = w3_definition()
+    wf["id"], wf["name"] = "w3_hook", "hook"
+    hook = {"id": "notify", "kind": "webhook", "url": "http://169.254.169.254/latest",
+            "secret_ref": "hook"}
+    wf["nodes"].append(hook)
+    r = client.post("/v1/workflows", json=wf, headers=manager)
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][1:] == ["nodes", "notify", "url"]
+
+
+def test_sign_in_is_throttled_per_user(api):
+    client, svc = api
+    svc.auth.create_user("victim", "right-pw", "analyst")
+    for _ in range(5):
+        r = client.post("/v1/auth/token", json={"username": "victim", "password": "guess"})
+        assert r.status_code == 401
+    r = client.post("/v1/auth/token", json={"username": "victim", "password": "right-pw"})
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) > 0

@@ -137,7 +137,9 @@ async def test_a_valid_order_is_served_without_fastapi(apps):
                               headers={"Authorization": f"Bearer {key}"})
         assert r.status_code == 200 and r.json()["runs"][0]["event_id"] == "hot-bare"
         body = orjson.dumps({"result": {"outcome": "accept"}})
-        header = signing.sign(svc.settings.app_secret, body, int(time.time() * 1000))
+        header = signing.sign(svc.settings.app_secret,
+                              signing.callback_message("r_none", "review", body),
+                              int(time.time() * 1000))
         r = await client.post("/v1/runs/r_none/apps/review", content=body,
                               headers={"content-type": "application/json",
                                        signing.HEADER: header})
@@ -148,7 +150,9 @@ def test_app_callback_answers_alike(apps):
     hot, ref, svc, _ = apps
     for body in (b'{"result":{"outcome":"accept"}}', b'{"result":[]}', b'{"x":1}', b"nope",
                  b'{"result":{"n":123456789012345678901234567890}}'):
-        header = signing.sign(svc.settings.app_secret, body, int(time.time() * 1000))
+        header = signing.sign(svc.settings.app_secret,
+                              signing.callback_message("r_x", "review", body),
+                              int(time.time() * 1000))
         for sig in (header, None, "t=1,v1=00"):
             headers = {"content-type": "application/json"}
             if sig:

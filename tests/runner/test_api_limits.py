@@ -87,7 +87,8 @@ def test_field_names_strings_and_depth_are_bounded(api):
 def test_app_results_are_bounded(api):
     client, svc = api
     body = orjson.dumps({"result": {"k" * (limits.key_bytes_max + 1): 1}})
-    header = signing.sign(svc.settings.app_secret, body, int(time.time() * 1000))
+    header = signing.sign(svc.settings.app_secret, signing.callback_message("r_x", "review", body),
+                          int(time.time() * 1000))
     r = client.post("/v1/runs/r_x/apps/review", content=body,
                     headers={"content-type": "application/json", signing.HEADER: header})
     assert r.status_code == 422 and _loc(r) == ["body", "result"], r.text

@@ -48,6 +48,54 @@ def test_principals_are_cached_by_digest_and_tokens_expire_from_the_cache(tmp_pa
     assert other.principal(token, now_s=1_001) is None
 
 
+def test_tokens_are_jwts_and_secrets_rotate(tmp_path):
+    import jwt
+
+    old = AuthStore(None, "old-secret")
+    token_old = old.issue_token("ann", "manager")
+    assert jwt.decode(token_old[3:], options={"verify_signature": False})["sub"] == "ann"
+    assert jwt.get_unverified_header(token_old[3:])["alg"] == "HS256"
+    rotated = AuthStore(None, "new-secret", previous_secrets=["old-secret"])
+    assert rotated.principal(token_old).role == "manager"  # still valid until it expires
+    token_new = rotated.issue_token("ann", "manager")
+    assert AuthStore(None, "new-secret").principal(token_new).name == "ann"
+    assert AuthStore(None, "new-secret").principal(token_old) is None  # old secret retired
+    unsigned = "rt." + jwt.encode({"sub": "ann", "role": "admin", "exp": 2**40}, "",
+                                  algorithm="none")
+    assert rotated.principal(unsigned) is None
+
+
+def test_sign_in_throttles_per_user_and_per_address():
+    from runner import auth as auth_mod
+
+    now = [1000.0]
+    store = AuthStore(None, "s", clock=lambda: now[0])
+    store.create_user("ann", "pw", "analyst")
+    for _ in range(auth_mod.login_failures_max):
+        assert store.login("ann", "wrong", "10.0.0.1") is None
+    with pytest.raises(auth_mod.Throttled):
+        store.login("ann", "pw", "10.0.0.2")  # the right password, but the user is throttled
+    now[0] += auth_mod.login_window_s + 1
+    assert store.login("ann", "pw", "10.0.0.2") is not None
+    for i in range(auth_mod.login_failures_per_address_max):
+        assert store.login(f"user-{i}", "x", "10.9.9.9") is None  # spraying many names
+    with pytest.raises(auth_mod.Throttled):
+        store.login("ann", "pw", "10.9.9.9")
+    assert store.login("ann", "pw", "10.0.0.3") is not None
+
+
+def test_an_unknown_user_costs_the_same_password_hash(monkeypatch):
+    from runner import auth as auth_mod
+
+    store = AuthStore(None, "s")
+    store.create_user("ann", "pw", "analyst")
+    calls = []
+    real = auth_mod._pw_hash
+    monkeypatch.setattr(auth_mod, "_pw_hash", lambda pw, salt: calls.append(salt) or real(pw, salt))
+    assert store.login("ann", "wrong") is None and store.login("nobody", "wrong") is None
+    assert len(calls) == 2  # one PBKDF2 each: timing does not tell which names exist
+
+
 def test_signature_round_trip_and_tamper():
     body = b'{"a":1}'
     header = signing.sign("k", body, 1000)

@@ -124,11 +124,33 @@ def test_review_claim_and_decide_resume_the_run(machine):
     assert reply(log.apply(entries.REVIEW_CLAIMED, claim)).ok
     other = reply(log.apply(entries.REVIEW_CLAIMED, dict(claim, user="bob")))
     assert not other.ok and other.result["status"] == 409
-    done = log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
-                                             "result": {"outcome": "accept"}}, ts=T0 + 10)
+    decision = dict(claim, outcome="accept", override=False)
+    done = log.apply(entries.REVIEW_DECIDED, decision, ts=T0 + 10)
     changed = next(e for e in done if isinstance(e, RunChanged)).run
     assert changed["decision"] == "approve" and changed["node_id"] == "approve_reviewed"
     assert any(isinstance(e, StoreRun) for e in done)
+
+
+def test_only_the_claim_holder_decides_a_review_and_apps_cannot(machine):
+    log = Log(machine)
+    setup_w3(log)
+    (run,) = reply(log.apply(entries.EVENT_RECEIVED, review_order("o-c"))).runs
+    task = {"run_id": run["run_id"], "node_id": "review"}
+    decide = dict(task, user="ann", outcome="accept")
+    unclaimed = reply(log.apply(entries.REVIEW_DECIDED, decide))
+    assert not unclaimed.ok and unclaimed.result["status"] == 409
+    assert reply(log.apply(entries.REVIEW_CLAIMED, dict(task, user="bob"))).ok
+    not_holder = reply(log.apply(entries.REVIEW_DECIDED, decide))
+    assert not not_holder.ok and "claimed by bob" in not_holder.error
+    by_app = reply(log.apply(entries.APP_COMPLETED, dict(task, result={"outcome": "accept"})))
+    assert not by_app.ok and by_app.result["status"] == 403 and by_app.field == "node_id"
+    odd = reply(log.apply(entries.REVIEW_DECIDED, dict(decide, user="bob", outcome="maybe")))
+    assert not odd.ok and odd.field == "outcome"
+    machine.flush()
+    assert machine.con.execute("SELECT status FROM app_tasks WHERE run_id = ?",
+                               [run["run_id"]]).fetchone()[0] == "pending"
+    overridden = log.apply(entries.REVIEW_DECIDED, dict(decide, override=True))
+    assert next(e for e in overridden if isinstance(e, RunChanged)).run["decision"] == "approve"
 
 
 def test_tick_times_out_the_review_and_takes_the_default_edge(machine):
@@ -141,11 +163,12 @@ def test_tick_times_out_the_review_and_takes_the_default_edge(machine):
     assert reply(effects).result["expired"] == 1
     changed = next(e for e in effects if isinstance(e, RunChanged)).run
     assert changed["node_id"] == "block_reviewed" and changed["path"][-1]["default_taken"]
-    late = reply(log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
-                                                   "result": {"outcome": "accept"}},
+    log.apply(entries.REVIEW_CLAIMED, {"run_id": run["run_id"], "node_id": "review",
+                                       "user": "ann"}, ts=deadline + 1)
+    late = reply(log.apply(entries.REVIEW_DECIDED, {"run_id": run["run_id"], "node_id": "review",
+                                                    "user": "ann", "outcome": "accept"},
                            ts=deadline + 5))
-    assert late.ok and late.result["ignored"] == "expired"
-    assert late.runs[0]["decision"] == "block"
+    assert not late.ok and late.result["status"] == 409 and "expired" in late.error
 
 
 def test_outside_score_app_is_called_and_its_answer_resumes(machine):
@@ -321,6 +344,8 @@ def test_a_rejected_non_event_entry_rolls_back_its_rows(machine, monkeypatch):
     log = Log(machine)
     setup_w3(log)
     (run,) = reply(log.apply(entries.EVENT_RECEIVED, review_order("o-r"))).runs
+    task = {"run_id": run["run_id"], "node_id": "review", "user": "ann"}
+    assert reply(log.apply(entries.REVIEW_CLAIMED, task)).ok
     before = machine.digest()
     from runner.state import flows
 
@@ -328,13 +353,11 @@ def test_a_rejected_non_event_entry_rolls_back_its_rows(machine, monkeypatch):
         raise RuntimeError("bug in the walk")
 
     monkeypatch.setattr(flows, "advance", broken)
-    bad = reply(log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
-                                                  "result": {"outcome": "accept"}}))
+    bad = reply(log.apply(entries.REVIEW_DECIDED, dict(task, outcome="accept")))
     assert not bad.ok and "bug in the walk" in bad.error
     assert machine.digest() == before  # the task is still pending, no step was added
     monkeypatch.undo()
-    done = log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
-                                             "result": {"outcome": "accept"}})
+    done = log.apply(entries.REVIEW_DECIDED, dict(task, outcome="accept"))
     assert next(e for e in done if isinstance(e, RunChanged)).run["decision"] == "approve"
 
 
@@ -355,8 +378,9 @@ def test_a_reader_syncs_to_see_a_task_just_opened_and_timers_need_no_query(tmp_p
     writer = machine.snapshot()
     writer.write(tmp_path / "snap")
     writer.close()
-    log.apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
-                                      "result": {"outcome": "accept"}}, ts=T0 + 10)
+    task = {"run_id": run["run_id"], "node_id": "review", "user": "ann"}
+    log.apply(entries.REVIEW_CLAIMED, task, ts=T0 + 5)
+    log.apply(entries.REVIEW_DECIDED, dict(task, outcome="accept"), ts=T0 + 10)
     assert machine.next_deadline() is None
     restored = RunnerStateMachine(tmp_path / "b", engine=BruteForceW1Engine())
     restored.restore(tmp_path / "snap")

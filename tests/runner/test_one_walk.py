@@ -67,8 +67,9 @@ def test_apply_and_the_backtest_take_the_same_edges(tmp_path, amount, outcome):
         hooks = [e for e in effects if isinstance(e, SendWebhook)]
         assert [h.payload["path"] for h in hooks] == ([["event"]] if amount > 5000 else [])
         if outcome is not None:
-            done = apply(entries.APP_COMPLETED, {"run_id": run["run_id"], "node_id": "review",
-                                                 "result": {"outcome": outcome}})
+            task = {"run_id": run["run_id"], "node_id": "review", "user": "ann"}
+            apply(entries.REVIEW_CLAIMED, task)
+            done = apply(entries.REVIEW_DECIDED, dict(task, outcome=outcome))
             run = next(e for e in done if isinstance(e, Reply)).runs[0]
         version = compile_version(Workflow.model_validate(definition()), 1)
         apps = {"review": {"outcome": outcome}} if outcome else {}

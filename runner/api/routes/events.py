@@ -54,11 +54,13 @@ def event_runs(event_id: str, svc: Svc, _: Reader):
 @router.post("/runs/{run_id}/apps/{node_id}", response_model=RunPublic, tags=["apps"])
 async def app_callback(run_id: str, node_id: str, request: Request, svc: Svc,
                        railflow_signature: Annotated[str | None, Header()] = None):
-    """An app's answer for the run waiting at ``node_id``. The body must be signed:
-    header ``Railflow-Signature: t=<ms>,v1=<hex HMAC-SHA256 of "<t>.<body>">``."""
+    """An app's answer for the run waiting at ``node_id`` (an app or score node; reviews are
+    decided through the review API). Header ``Railflow-Signature: t=<ms>,v1=<hex
+    HMAC-SHA256 of "<t>.<run_id>/<node_id>\\n<body>">`` with the app's secret."""
     body = await request.body()
-    if not signing.verify(svc.settings.app_secret, body, railflow_signature,
-                          now_ms=ops._now_ms()):
+    secret = ops.app_secret(svc, run_id, node_id)
+    if not signing.verify(secret, signing.callback_message(run_id, node_id, body),
+                          railflow_signature, now_ms=ops._now_ms()):
         raise RequestInvalid("Railflow-Signature", "missing, stale or wrong signature", 401)
     try:
         parsed = AppResultIn.model_validate_json(body)

@@ -1,17 +1,25 @@
-"""Health, Prometheus metrics, console login, the demo scoring app and the forwarding endpoint."""
+"""Health, Prometheus metrics, console login, the demo scoring app and the internal endpoints.
+
+``/internal/*`` answers only callers holding the cluster secret (or an admin token);
+``/demo/score`` exists only where the demo scorer is enabled (embedded demo mode by default)
+and answers a client key or an app-signed request.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Request, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from replog.errors import ReplogError
+from replog.errors import NotLeader, ReplogError
 from runner import forwarder, signing
 from runner import operations as ops
-from runner.api.deps import Admin, Svc
+from runner.api.deps import Admin, Internal, Svc, _bearer
 from runner.api.models import HealthPublic, ScorePublic, ScoreRequest, TokenPublic, TokenRequest
+from runner.auth import Throttled
 from runner.scoring import demo_score
 
 router = APIRouter()
@@ -34,17 +42,33 @@ def metrics(svc: Svc):
 
 
 @router.post("/v1/auth/token", response_model=TokenPublic, tags=["auth"])
-def token(body: TokenRequest, svc: Svc):
-    """Log a console user in; use the token as ``Authorization: Bearer <token>``."""
-    issued = svc.auth.login(body.username, body.password)
+def token(body: TokenRequest, svc: Svc, request: Request):
+    """Log a console user in; use the token as ``Authorization: Bearer <token>``. Repeated
+    failures for one user or from one address answer 429 for a while."""
+    address = request.client.host if request.client else ""
+    try:
+        issued = svc.auth.login(body.username, body.password, address)
+    except Throttled as exc:
+        raise HTTPException(429, str(exc),
+                            headers={"Retry-After": str(int(exc.retry_after_s) + 1)}) from None
     if issued is None:
         raise HTTPException(401, "wrong username or password")
     return {"access_token": issued, "role": svc.auth.user_for_token(issued).role}
 
 
 @router.post("/demo/score", response_model=ScorePublic, tags=["demo"])
-def score(body: ScoreRequest):
-    """The demo scoring app: a deterministic score 0..100 for the order in ``event.data``."""
+async def score(body: ScoreRequest, svc: Svc, request: Request,
+                creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)] = None):
+    """The demo scoring app: a deterministic score 0..100 for the order in ``event.data``.
+    Needs a client key, or the app signature the runner puts on its app calls."""
+    if not svc.settings.demo_scorer_enabled:
+        raise HTTPException(404, "the demo scorer is not enabled on this node")
+    principal = svc.auth.principal(creds.credentials) if creds and creds.credentials else None
+    signed = signing.verify(svc.settings.app_secret, await request.body(),
+                            request.headers.get(signing.HEADER), ops._now_ms())
+    if not signed and (principal is None or principal.kind != "client"):
+        raise HTTPException(401, "requires a client key or an app signature",
+                            headers={"WWW-Authenticate": "Bearer"})
     data = body.event.get("data", body.event) if isinstance(body.event, dict) else {}
     value = float(demo_score(data if isinstance(data, dict) else {}))
     return {"result": {"payment_abuse": value, "score": value}}
@@ -54,15 +78,18 @@ def score(body: ScoreRequest):
 async def forwarded(request: Request, svc: Svc,
                     railflow_signature: Annotated[str | None, Header()] = None):
     body = await request.body()
-    if not signing.verify(svc.settings.cluster_secret, body, railflow_signature, ops._now_ms()):
-        raise HTTPException(401, "bad signature")
-    kind, payload, timeout_s = forwarder.decode_request(body)
-    if not svc.node.is_leader:
-        return Response(forwarder.error_body(_not_leader(svc)), status_code=503,
-                        media_type="application/json")
     try:
-        import asyncio
-
+        kind, payload, timeout_s = forwarder.check_forwarded(
+            svc.settings.resolved_cluster_secret(), svc.replay_guard, body, railflow_signature,
+            ops._now_ms())
+    except PermissionError as exc:
+        raise HTTPException(401, str(exc)) from None
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None
+    if not svc.node.is_leader:
+        return Response(forwarder.error_body(NotLeader("not the leader", svc.node.leader_url())),
+                        status_code=503, media_type="application/json")
+    try:
         applied = await asyncio.wrap_future(svc._submit_raw(kind, payload, timeout_s))
     except ReplogError as exc:
         return Response(forwarder.error_body(exc), status_code=503,
@@ -70,17 +97,21 @@ async def forwarded(request: Request, svc: Svc,
     return Response(forwarder.encode_applied(applied), media_type="application/json")
 
 
-def _not_leader(svc) -> ReplogError:
-    from replog.errors import NotLeader
-
-    return NotLeader("not the leader", svc.node.leader_url())
-
-
 __all__ = ["router"]
 
 
+@router.get("/internal/v1/digests", include_in_schema=False)
+def digests(svc: Svc, _: Internal):
+    """The state digests this node computed at checkpoint offsets (newest last), and the
+    offsets where they differed from another replica's."""
+    items = list(svc.checkpointer.digests.items())
+    return {"node_id": svc.settings.node_id,
+            "digests": [{"offset": o, "digest": d} for o, d in items],
+            "diverged": svc.diverged}
+
+
 @router.post("/internal/v1/round-trip", include_in_schema=False)
-def round_trip(svc: Svc):
+def round_trip(svc: Svc, _: Internal):
     """The log round trips (append → applied) this node timed as leader since the last call,
     as a base64 HdrHistogram of microseconds; the call starts a new histogram."""
     hist = svc.round_trip.take()
