@@ -89,3 +89,10 @@ loadgen: $(LOADGEN)
 $(LOADGEN): bench/loadgen/Cargo.toml bench/loadgen/Cargo.lock bench/loadgen/src/main.rs
 	CARGO_TARGET_DIR=bench/loadgen/target cargo build -q --release --locked \
 	  --manifest-path bench/loadgen/Cargo.toml
+
+# The nemesis soak against the real cluster (bench/soak.py): three nodes, 10 minutes at 300
+# orders/s under kill -9, SIGSTOP past the session timeout and Kafka/ZooKeeper restarts; a
+# checker decides from the history. Not part of `make test`: it restarts the shared servers.
+.PHONY: soak
+soak: $(STAMP)
+	$(PY) bench/soak.py --duration 600 --rate 300
