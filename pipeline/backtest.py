@@ -96,7 +96,31 @@ class _Columns:
     apps: tuple[tuple[str, str, str], ...]  # (node id, output, column)
 
 
-def _columns(columns: list[str], versions: list[Workflow]) -> _Columns:
+def _event_fields_read(versions: list[CompiledWorkflow]) -> set[str] | None:
+    """Event fields any criterion of ``versions`` reads, or None for all of them (a criterion
+    reads the whole event, or a built-in scorer scores from it)."""
+    from workflows.activation import WHOLE
+
+    fields: set[str] = set()
+    for v in versions:
+        for node in v.nodes.values():
+            if node.outside is not None and node.outside.kind == "score" and \
+                    node.outside.app is not None and node.outside.app.startswith("builtin:"):
+                return None
+            plan = getattr(node, "plan", None)
+            if plan is None:
+                continue
+            fields |= {f for _var, record, _app, f in plan.flat if record == "event"}
+            for name, fs in plan.records:
+                if name == "event":
+                    if fs is WHOLE:
+                        return None
+                    fields |= set(fs)
+    return fields
+
+
+def _columns(columns: list[str], versions: list[Workflow],
+             compiled: list[CompiledWorkflow] | None = None) -> _Columns:
     metric_names = sorted({m for w in versions for m in w.metrics})
     missing = [m for m in metric_names if m not in columns]
     if missing:
@@ -124,6 +148,9 @@ def _columns(columns: list[str], versions: list[Workflow]) -> _Columns:
                     taken.add(col)
     event = [c for c in columns if c not in taken and c != SEQ and
              (open_schema or c in schema_fields)]
+    read = _event_fields_read(compiled) if compiled is not None else None
+    if read is not None:  # convert only what the walk reads: most of a batch's cost
+        event = [c for c in event if c in read]
     return _Columns(tuple(event), tuple(metric_names), tuple(scores), tuple(apps))
 
 
@@ -192,9 +219,9 @@ def backtest(history: DataFrame, workflow: Workflow, version: int = 0,
     if base is not None:
         refs.append(VersionRef.of(*base))
         workflows.append(base[0])
-    for ref in refs:  # fail on the driver, with every problem listed, before any task starts
-        compile_ref(ref)
-    cols = _columns(history.columns, workflows)
+    # fail on the driver, with every problem listed, before any task starts
+    compiled = [compile_ref(ref) for ref in refs]
+    cols = _columns(history.columns, workflows, compiled)
     needed = [SEQ, *cols.event, *cols.metrics, *(c for _, c in cols.scores),
               *(c for _, _, c in cols.apps)]
     if "event_id" in history.columns and "event_id" not in needed:

@@ -62,3 +62,15 @@ def test_walk_stops_at_review_without_answer():
     v = compile_ref(VersionRef.of(sift_example(), 1))
     o = walk(v, {"country": "US"}, {}, {"payment_abuse": 70.0}, {})
     assert (o.status, o.waiting_node, o.action) == ("needs_app_answer", "review", None)
+
+
+def test_only_the_event_fields_the_walk_reads_are_converted():
+    from pipeline.backtest import _event_fields_read
+    from runner.demo import w3_definition
+    from workflows import Workflow
+
+    versions = [compile_ref(VersionRef.of(w3_demo(), 2)), compile_ref(VersionRef.of(
+        sift_example(), 1))]
+    assert _event_fields_read(versions) == {"country", "amount"}
+    builtin = compile_ref(VersionRef.of(Workflow.model_validate(w3_definition()), 1))
+    assert _event_fields_read([builtin]) is None  # the demo scorer reads the whole event
