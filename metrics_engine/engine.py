@@ -245,8 +245,9 @@ class Engine:
         ``columns`` is a ``pyarrow.Table`` / ``RecordBatch`` or a mapping of field name to an
         Arrow or numpy array (or list); ``ts_ms`` is one timestamp per row (an array or list).
         The values are exactly those ``ingest`` would give event by event (same clamping);
-        ``pyarrow.table(result)`` makes a table of them. A refused event raises
-        ``MetricInputError`` whose ``index`` is its row: the rows before it are ingested.
+        ``pyarrow.table(result)`` makes a table of them. Every row is checked before any is
+        ingested: a refused row raises ``MetricInputError`` whose ``index`` is its row, and
+        nothing of the batch goes in (fix or drop that row and feed the batch again).
 
         >>> import tempfile, numpy as np
         >>> e = Engine(tempfile.mkdtemp())

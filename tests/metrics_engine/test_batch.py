@@ -59,3 +59,52 @@ def test_a_refused_row_says_which(tmp_path):
     assert e.value.index == 0 and e.value.field == "merchant"
     assert eng.positions()["payments"] == 1
     eng.close()
+
+
+def _mixed_keys(n: int) -> tuple[list[int], list[dict]]:
+    """Rows keyed by 1, 1.0, True and strings, spaced so 5-minute windows evict mid-batch."""
+    keys = [1, 1.0, True, "1", "a"]
+    ts, rows, t = [], [], 1_000_000
+    for i in range(n):
+        t += (0, 20_000, 61_000, 140_000)[i % 4]
+        ts.append(t if i % 37 else t - 5_000)  # now and then late: clamped as ingest does
+        rows.append({"card": keys[i % 5], "merchant": keys[(i * 3) % 5],
+                     "channel": "cnp" if i % 3 else "cp", "amount": (i * 7919) % 10_000})
+    return ts, rows
+
+
+def test_a_batch_across_chunks_and_windows_with_mixed_keys(tmp_path):
+    ts, rows = _mixed_keys(900)  # ~40 events a 2 KiB chunk: the batch spans many chunks
+    ref = _engine(tmp_path / "ref")
+    want = [ref.ingest("payments", ev, t) for t, ev in zip(ts, rows, strict=True)]
+    ref_digest = ref.digest()
+    ref.close()
+    eng = _engine(tmp_path / "b")
+    cols = {f: np.array([r[f] for r in rows], dtype=object) for f in rows[0]}
+    out = eng.ingest_many("payments", np.array(ts, dtype=np.int64), cols)
+    for name in want[0]:
+        assert [(type(v), v) for v in out[name]] == [(type(w[name]), w[name]) for w in want]
+    assert eng.digest() == ref_digest
+    # 1 and 1.0 are one group, True another, "1" a third.
+    assert eng.query("n5", 1, ts[-1]) == eng.query("n5", 1.0, ts[-1])
+    eng.close()
+
+
+def test_a_refused_row_rejects_the_whole_batch(tmp_path):
+    ts, rows = _mixed_keys(300)
+    eng = _engine(tmp_path / "e")
+    eng.ingest_many("payments", ts[:100], {f: [r[f] for r in rows[:100]] for f in rows[0]})
+    before = (eng.digest(), eng.positions())
+    bad = [dict(r) for r in rows[100:]]
+    bad[150]["card"] = {"not": "a key"}
+    with pytest.raises(MetricInputError) as e:
+        eng.ingest_many("payments", ts[100:], {f: [r[f] for r in bad] for f in rows[0]})
+    assert e.value.index == 150 and e.value.field == "card"
+    assert (eng.digest(), eng.positions()) == before  # nothing of the batch went in
+    out = eng.ingest_many("payments", ts[100:], {f: [r[f] for r in rows[100:]] for f in rows[0]})
+    ref = _engine(tmp_path / "ref")
+    want = [ref.ingest("payments", ev, t) for t, ev in zip(ts, rows, strict=True)][100:]
+    assert out["s5"] == [w["s5"] for w in want]
+    assert eng.digest() == ref.digest()
+    ref.close()
+    eng.close()

@@ -172,35 +172,42 @@ impl StreamCore {
         }
     }
 
-    /// Lower `ev` into `row`; `check` names a non-scalar field in a `MetricInputError`.
-    fn lower_into(&mut self, py: Python<'_>, ev: &Bound<'_, PyAny>, current: bool) -> PyResult<()> {
-        let row = if current { &mut self.cur } else { &mut self.tmp };
-        let dict = ev.downcast::<PyDict>().ok();
-        for (i, f) in self.fields.iter().enumerate() {
-            let f = f.bind(py);
-            let v = match dict {
-                Some(d) => d.get_item(f)?,
-                None => Some(ev.call_method1("get", (f,))?),
-            };
-            row.vals[i] = match v {
-                None => Val::Null,
-                Some(v) => match lower(&v, &mut self.strings) {
-                    Ok(x) => x,
-                    Err(e) => {
-                        let why = match e {
-                            LowerError::NotScalar(t) => format!("holds a {t}, not a scalar"),
-                            LowerError::OutOfRange => "holds an integer outside 64 bits".to_string(),
-                        };
-                        let msg = format!("field {:?} {why} (group keys and aggregated values \
-                                           are strings, numbers, booleans or null)", f.to_str()?);
-                        let err = self.input_error.bind(py).call1((msg, f))?;
-                        return Err(PyErr::from_value(err));
-                    }
-                },
-            };
+    /// Lower one value of field `f` (a non-scalar raises `MetricInputError` naming `f`).
+    fn lower_value(&mut self, py: Python<'_>, v: &Bound<'_, PyAny>, f: &Bound<'_, PyString>)
+                   -> PyResult<Val> {
+        match lower(v, &mut self.strings) {
+            Ok(x) => Ok(x),
+            Err(e) => {
+                let why = match e {
+                    LowerError::NotScalar(t) => format!("holds a {t}, not a scalar"),
+                    LowerError::OutOfRange => "holds an integer outside 64 bits".to_string(),
+                };
+                let msg = format!("field {:?} {why} (group keys and aggregated values \
+                                   are strings, numbers, booleans or null)", f.to_str()?);
+                let err = self.input_error.bind(py).call1((msg, f))?;
+                Err(PyErr::from_value(err))
+            }
         }
-        for (i, p) in self.preds.iter().enumerate() {
-            row.preds[i] = p.bind(py).call1((ev,))?.is_truthy()?;
+    }
+
+    /// Lower `ev` into the current row (`current`) or the scratch row.
+    fn lower_into(&mut self, py: Python<'_>, ev: &Bound<'_, PyAny>, current: bool) -> PyResult<()> {
+        let dict = ev.downcast::<PyDict>().ok();
+        for i in 0..self.fields.len() {
+            let f = self.fields[i].clone_ref(py).into_bound(py);
+            let v = match dict {
+                Some(d) => d.get_item(&f)?,
+                None => Some(ev.call_method1("get", (&f,))?),
+            };
+            let x = match v {
+                None => Val::Null,
+                Some(v) => self.lower_value(py, &v, &f)?,
+            };
+            if current { self.cur.vals[i] = x } else { self.tmp.vals[i] = x }
+        }
+        for i in 0..self.preds.len() {
+            let b = self.preds[i].bind(py).call1((ev,))?.is_truthy()?;
+            if current { self.cur.preds[i] = b } else { self.tmp.preds[i] = b }
         }
         Ok(())
     }
@@ -214,11 +221,17 @@ impl StreamCore {
     }
 
     /// The reservoir's `append`, natively: the event joins the open chunk (its JSON is
-    /// already in `self.blob`); the chunk closes when it reaches its target size.
+    /// already in `self.blob`); the chunk closes when it reaches its target size. The lowered
+    /// row (`self.cur`) joins the lowered cache, so heads passing it later do not lower the
+    /// event again. Returns its position.
     fn append(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>, ts: i64, event: &Bound<'_, PyAny>)
               -> PyResult<u64> {
         use pyo3::intern;
         let pos: u64 = res.getattr(intern!(py, "next_pos"))?.extract()?;
+        let first: u64 = res.getattr(intern!(py, "open_first_pos"))?.extract()?;
+        let base: i64 = res.getattr(intern!(py, "chunk_base"))?.extract()?;
+        let k = base + self.chunks.bind(py).len() as i64;
+        let idx = (pos - first) as usize;
         let item = PyTuple::new(py, [ts.into_pyobject(py)?.into_any(), event.clone()])?;
         res.getattr(intern!(py, "open_events"))?.downcast_into::<PyList>()?.append(item)?;
         res.getattr(intern!(py, "open_blobs"))?.downcast_into::<PyList>()?
@@ -228,10 +241,25 @@ impl StreamCore {
         res.setattr(intern!(py, "open_bytes"), open_bytes)?;
         res.setattr(intern!(py, "next_pos"), pos + 1)?;
         res.setattr(intern!(py, "last_ts"), ts)?;
+        let lw = self.lowered.entry(k).or_default();
+        if lw.ts.len() == idx {
+            lw.ts.push(ts);
+            lw.vals.extend_from_slice(&self.cur.vals);
+            lw.preds.extend_from_slice(&self.cur.preds);
+        }
+        self.bound_lowered();
         if open_bytes >= self.chunk_bytes_target {
             res.call_method0(intern!(py, "close_open"))?;
         }
         Ok(pos)
+    }
+
+    fn bound_lowered(&mut self) {
+        if self.lowered.len() > LOWERED_CHUNKS_MAX {
+            if let Some(&oldest) = self.lowered.keys().min() {
+                self.lowered.remove(&oldest);
+            }
+        }
     }
 
     /// Everything of `ingest` but the outputs: refuse or lower, append, move the cursors.
@@ -241,6 +269,12 @@ impl StreamCore {
         if let Err((field, why)) = crate::json::event(&mut self.blob, ts, event) {
             return Err(self.input_error(py, &field, &why.0));
         }
+        self.take(py, event, ts)
+    }
+
+    /// Append the lowered, checked event (`self.cur`, its JSON in `self.blob`) and move the
+    /// cursors.
+    fn take(&mut self, py: Python<'_>, event: &Bound<'_, PyAny>, ts: i64) -> PyResult<()> {
         let res = self.res.bind(py).clone();
         let chunks = self.chunks.bind(py).len();
         let pos = self.append(py, &res, ts, event)?;
@@ -321,11 +355,7 @@ impl StreamCore {
             lw.preds.extend_from_slice(&self.tmp.preds);
         }
         self.lowered.insert(k, lw);
-        if self.lowered.len() > LOWERED_CHUNKS_MAX {
-            if let Some(&oldest) = self.lowered.keys().min() {
-                self.lowered.remove(&oldest);
-            }
-        }
+        self.bound_lowered();
         Ok(())
     }
 
@@ -510,22 +540,94 @@ impl StreamCore {
         Ok(out)
     }
 
-    /// `ingest_many` over columns: row `i` is the event `{names[j]: cols[j][i]}`.
+    /// `ingest_many` over columns: row `i` is the event `{names[j]: cols[j][i]}`, at `ts[i]`
+    /// clamped as `ingest` clamps. Every row is checked and lowered first, natively from the
+    /// columns (plus its JSON for the reservoir): a refused row raises `MetricInputError` with
+    /// `index` set to its place and nothing of the batch is ingested. Then the rows go in one
+    /// by one with their lowered values; returns each metric's values as a list.
     fn ingest_columns<'py>(&mut self, py: Python<'py>, names: Vec<Py<PyString>>,
                            cols: Vec<Bound<'py, PyList>>, ts: Vec<i64>)
                            -> PyResult<Bound<'py, PyDict>> {
         if cols.iter().any(|c| c.len() != ts.len()) || names.len() != cols.len() {
             return Err(pyo3::exceptions::PyValueError::new_err("columns differ in length"));
         }
-        let events = PyList::empty(py);
-        for i in 0..ts.len() {
+        let n = ts.len();
+        let width = self.fields.len();
+        let pwidth = self.preds.len();
+        // Which column feeds each plan field (None: the events lack it, so it is null).
+        let src: Vec<Option<usize>> = self.fields.iter().map(|f| {
+            let f = f.bind(py).to_str().unwrap_or_default();
+            names.iter().position(|x| x.bind(py).to_str().ok() == Some(f))
+        }).collect();
+        let mut vals: Vec<Val> = Vec::with_capacity(n * width);
+        let mut flags: Vec<bool> = Vec::with_capacity(n * pwidth);
+        let mut blobs: Vec<u8> = Vec::with_capacity(n * 64);
+        let mut ends: Vec<usize> = Vec::with_capacity(n);
+        let mut events: Vec<Bound<'py, PyDict>> = Vec::with_capacity(n);
+        let mut clamped: Vec<i64> = Vec::with_capacity(n);
+        let mut last: Option<i64> = self.res.bind(py).getattr("last_ts")?.extract()?;
+        let tag = |e: PyErr, i: usize| {
+            let _ = e.value(py).setattr("index", i);
+            e
+        };
+        for (i, &t) in ts.iter().enumerate() {
+            let t = match last { Some(l) if t < l => l, _ => t };
+            last = Some(t);
+            clamped.push(t);
             let d = PyDict::new(py);
             for (name, col) in names.iter().zip(&cols) {
                 d.set_item(name.bind(py), col.get_item(i)?)?;
             }
-            events.append(d)?;
+            for j in 0..width {
+                let f = self.fields[j].clone_ref(py).into_bound(py);
+                let v = match src[j] {
+                    None => Val::Null,
+                    Some(c) => self.lower_value(py, &cols[c].get_item(i)?, &f)
+                        .map_err(|e| tag(e, i))?,
+                };
+                vals.push(v);
+            }
+            for p in &self.preds {
+                flags.push(p.bind(py).call1((&d,)).and_then(|x| x.is_truthy())
+                    .map_err(|e| tag(e, i))?);
+            }
+            if let Err((field, why)) = crate::json::event(&mut self.blob, t, d.as_any()) {
+                return Err(tag(self.input_error(py, &field, &why.0), i));
+            }
+            blobs.extend_from_slice(&self.blob);
+            ends.push(blobs.len());
+            events.push(d);
         }
-        self.ingest_many(py, &events, ts)
+        let onames: Vec<Py<PyString>> = self.outputs.iter()
+            .flat_map(|o| o.metrics.iter().map(|m| m.0.clone_ref(py))).collect();
+        let mut out_cols: Vec<Vec<PyObject>> =
+            onames.iter().map(|_| Vec::with_capacity(n)).collect();
+        let mut start = 0;
+        for (i, d) in events.iter().enumerate() {
+            let t = clamped[i];
+            self.cur.vals.copy_from_slice(&vals[i * width..(i + 1) * width]);
+            self.cur.preds.copy_from_slice(&flags[i * pwidth..(i + 1) * pwidth]);
+            self.blob.clear();
+            self.blob.extend_from_slice(&blobs[start..ends[i]]);
+            start = ends[i];
+            self.take(py, d.as_any(), t)?;
+            let mut c = 0;
+            for o in &self.outputs {
+                Core::key_of(&mut self.core.key, &self.cur, &o.key_fields);
+                let tb = &self.core.tables[o.table];
+                let entry = tb.find(&self.core.key).map(|id| tb.entry(id));
+                for (_, slot, func) in &o.metrics {
+                    let st = entry.and_then(|e| e.states[*slot].as_ref());
+                    out_cols[c].push(finalize(py, *func, st, t, &self.strings));
+                    c += 1;
+                }
+            }
+        }
+        let out = PyDict::new(py);
+        for (nm, col) in onames.iter().zip(out_cols) {
+            out.set_item(nm.bind(py), PyList::new(py, col)?)?;
+        }
+        Ok(out)
     }
 
     /// Move every cursor to time `t` / position `next_pos` (replay after a crash).
