@@ -26,6 +26,8 @@ CHILD = textwrap.dedent("""
         eng.define(m)
     for i, (t, ev) in enumerate(events({n}, 11)):
         eng.ingest("payments", ev, t)
+        if i + 1 == {kill} // 2:  # some chunks surely durable, however slow fsync is
+            eng.sync()
         if i + 1 == {kill}:
             os.kill(os.getpid(), signal.SIGKILL)
 """)
