@@ -88,6 +88,19 @@ def limits(spec: tuple, t: int, next_pos: int) -> tuple[int, int]:
     return (t - align) // every * every + align - lag - 1, next_pos
 
 
+def arrow_values(c: Any) -> list:
+    """An Arrow array's values as ``to_pylist`` gives them, through numpy where that gives the
+    same Python objects about ten times faster: numbers and booleans without nulls, strings."""
+    import pyarrow as pa
+
+    t = c.type
+    plain = (pa.types.is_integer(t) or pa.types.is_boolean(t)
+             or pa.types.is_float32(t) or pa.types.is_float64(t))
+    if (plain and c.null_count == 0) or pa.types.is_string(t) or pa.types.is_large_string(t):
+        return c.to_numpy(zero_copy_only=False).tolist()
+    return c.to_pylist()
+
+
 def scan(res: StreamReservoir, start: int, end: int) -> Iterator[tuple[int, int, Any]]:
     """(pos, ts, event) for positions in [start, end) of a reservoir."""
     if start >= end:
@@ -412,7 +425,7 @@ class Plan:
         names, cols = list(columns), []
         for c in columns.values():  # one Python list per column: far cheaper than per row
             if isinstance(c, pa.ChunkedArray | pa.Array):
-                cols.append(c.to_pylist())
+                cols.append(arrow_values(c))
             elif isinstance(c, np.ndarray):
                 cols.append(c.tolist())
             else:

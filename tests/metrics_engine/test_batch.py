@@ -108,3 +108,16 @@ def test_a_refused_row_rejects_the_whole_batch(tmp_path):
     assert eng.digest() == ref.digest()
     ref.close()
     eng.close()
+
+
+@pytest.mark.parametrize("arr", [
+    pa.array([1, -2, 3], pa.int8()), pa.array([1, 2], pa.uint64()), pa.array([1.5, 2.0]),
+    pa.array([0.25, 1.0], pa.float32()), pa.array([True, False]), pa.array([1, None, 3]),
+    pa.array(["a", None, "b"]), pa.array(["x"], pa.large_string()),
+    pa.chunked_array([["a", "b"], [None]]), pa.array([1.5, None]), pa.array([[1], [2]]),
+])
+def test_arrow_columns_become_the_values_to_pylist_gives(arr):
+    from metrics_engine.plan import arrow_values
+
+    got, want = arrow_values(arr), arr.to_pylist()
+    assert [(type(v), v) for v in got] == [(type(v), v) for v in want]
