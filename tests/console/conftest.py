@@ -92,6 +92,10 @@ def browser():
 def page(browser):
     context = browser.new_context(viewport={"width": 1440, "height": 900})
     context.set_default_timeout(ui_timeout_ms)
+    # Assertions wait as long as actions do (their own default is 5 s): on a loaded 2-core
+    # machine React Flow can take longer than that to measure and show the graph's nodes.
+    from playwright.sync_api import expect
+    expect.set_options(timeout=ui_timeout_ms)
     p = context.new_page()
     yield p
     context.close()
