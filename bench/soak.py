@@ -235,10 +235,10 @@ class Nemesis:
             leader.proc.send_signal(signal.SIGCONT)
         op["end_t"] = round(time.monotonic() - self.history.t0, 4)
 
-    def _server(self, name: str) -> None:
+    def _server(self, kind: str, name: str) -> None:
         from infra import cluster as infra_cluster
 
-        op = self._fault(name, name, False)
+        op = self._fault(kind, name, False)
         quiet = lambda *a, **k: None  # noqa: E731
         infra_cluster.down([name], log=quiet)
         time.sleep(SERVER_DOWN_S)
@@ -246,10 +246,10 @@ class Nemesis:
         op["end_t"] = round(time.monotonic() - self.history.t0, 4)
 
     def _broker(self) -> None:
-        self._server("kafka")
+        self._server("broker", "kafka")
 
     def _zookeeper(self) -> None:
-        self._server("zookeeper")
+        self._server("zookeeper", "zookeeper")
 
 
 # ---------------------------------------------------------------- after the run
@@ -345,6 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faults", default=None,
                         help=f"comma-separated subset of {','.join(FAULTS_ALL)}")
     parser.add_argument("--fault-every", type=float, default=None, help="seconds between faults")
+    parser.add_argument("--checkpoint-every", type=int, default=None,
+                        help=f"entries between checkpoints ({CHECKPOINT_EVERY_ENTRIES}; quick "
+                             f"{CHECKPOINT_EVERY_ENTRIES // 10}): where digests are compared")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     rate = args.rate or (20.0 if args.quick else 300.0)
@@ -361,8 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="railflow-soak-"))
     cluster = NodeCluster(data_dir, topic, 3, base_port=free_base_port(3), env={
         "RAILFLOW_HBASE_TABLE": table, "RAILFLOW_SESSION_TIMEOUT_S": str(SESSION_TIMEOUT_S),
-        "RAILFLOW_CHECKPOINT_EVERY_ENTRIES": str(
-            CHECKPOINT_EVERY_ENTRIES // 10 if args.quick else CHECKPOINT_EVERY_ENTRIES)})
+        "RAILFLOW_CHECKPOINT_EVERY_ENTRIES": str(args.checkpoint_every or (
+            CHECKPOINT_EVERY_ENTRIES // 10 if args.quick else CHECKPOINT_EVERY_ENTRIES))})
     history = History()
     stop = threading.Event()
     print(f"soak: {args.duration:.0f} s at {rate:.0f}/s, faults {faults} every {every_s:.0f} s; "
