@@ -36,13 +36,14 @@ def fields_read(defs: Sequence[MetricDef]) -> list[str]:
     """Event fields the metrics read: group keys, aggregated fields, WHERE/RATIO fields."""
     out: list[str] = []
     for d in defs:
-        for f in [*d.group_by, d.field, *_expr_fields(d.where), *_expr_fields(d.predicate)]:
+        for f in [*d.group_by, d.field, *expr_fields(d.where), *expr_fields(d.predicate)]:
             if f is not None and f != TS and f not in out:
                 out.append(f)
     return out
 
 
-def _expr_fields(e) -> list[str]:
+def expr_fields(e) -> list[str]:
+    """Event fields a lowered WHERE/RATIO expression reads, in order of appearance."""
     if e is None:
         return []
     tag = e[0]
@@ -51,10 +52,10 @@ def _expr_fields(e) -> list[str]:
     if tag == "lit":
         return []
     if tag == "in":
-        return _expr_fields(e[1])
+        return expr_fields(e[1])
     if tag in ("arith", "cmp"):
-        return _expr_fields(e[2]) + _expr_fields(e[3])
-    return [f for sub in e[1:] if isinstance(sub, tuple) for f in _expr_fields(sub)]
+        return expr_fields(e[2]) + expr_fields(e[3])
+    return [f for sub in e[1:] if isinstance(sub, tuple) for f in expr_fields(sub)]
 
 
 class Feeder:

@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from metrics_engine.language import MetricDef, parse
-from pipeline.engine_feed import Feeder
+from pipeline.engine_feed import Feeder, expr_fields
 from pipeline.ordering import SEQ, TS, InvariantViolation, with_seq
 from pipeline.partitioned import check_log_order, map_in_log_order
 
@@ -75,27 +75,12 @@ def plan_groups(defs: Sequence[MetricDef]) -> list[FeatureGroup]:
     for (stream, key), ds in by_key.items():
         fields: list[str] = list(key)
         for d in ds:
-            for f in [d.field, *_expr_fields(d.where), *_expr_fields(d.predicate)]:
+            for f in [d.field, *expr_fields(d.where), *expr_fields(d.predicate)]:
                 if f is not None and f not in fields:
                     fields.append(f)
         groups.append(FeatureGroup(stream, key, tuple(d.text for d in ds),
                                    tuple(d.name for d in ds), tuple(fields)))
     return groups
-
-
-def _expr_fields(e) -> list[str]:
-    if e is None:
-        return []
-    tag = e[0]
-    if tag == "field":
-        return [e[1]]
-    if tag == "lit":
-        return []
-    if tag == "in":
-        return _expr_fields(e[1])
-    if tag in ("arith", "cmp"):
-        return _expr_fields(e[2]) + _expr_fields(e[3])
-    return [f for sub in e[1:] if isinstance(sub, tuple) for f in _expr_fields(sub)]
 
 
 def value_type(d: MetricDef, schema: T.StructType) -> T.DataType:

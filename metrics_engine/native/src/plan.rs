@@ -501,45 +501,6 @@ impl StreamCore {
         Ok(out)
     }
 
-    /// Feed events in order (each `ts` clamped to the stream's last one, as `ingest` does);
-    /// returns each metric's values as a list in event order: the values `ingest` gives.
-    /// A refused event raises with `index` set to its place; the ones before it are in.
-    fn ingest_many<'py>(&mut self, py: Python<'py>, events: &Bound<'py, PyList>, ts: Vec<i64>)
-                        -> PyResult<Bound<'py, PyDict>> {
-        if events.len() != ts.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err("events and ts differ in length"));
-        }
-        let names: Vec<Py<PyString>> = self.outputs.iter()
-            .flat_map(|o| o.metrics.iter().map(|m| m.0.clone_ref(py))).collect();
-        let cols: Vec<Vec<PyObject>> = names.iter().map(|_| Vec::with_capacity(ts.len())).collect();
-        let mut cols = cols;
-        let mut last: Option<i64> = self.res.bind(py).getattr("last_ts")?.extract()?;
-        for (i, (ev, t)) in events.iter().zip(ts).enumerate() {
-            let t = match last { Some(l) if t < l => l, _ => t };
-            last = Some(t);
-            if let Err(e) = self.step(py, &ev, t) {
-                let _ = e.value(py).setattr("index", i);
-                return Err(e);
-            }
-            let mut c = 0;
-            for o in &self.outputs {
-                Core::key_of(&mut self.core.key, &self.cur, &o.key_fields);
-                let tb = &self.core.tables[o.table];
-                let entry = tb.find(&self.core.key).map(|id| tb.entry(id));
-                for (_, slot, func) in &o.metrics {
-                    let st = entry.and_then(|e| e.states[*slot].as_ref());
-                    cols[c].push(finalize(py, *func, st, t, &self.strings));
-                    c += 1;
-                }
-            }
-        }
-        let out = PyDict::new(py);
-        for (n, col) in names.iter().zip(cols) {
-            out.set_item(n.bind(py), PyList::new(py, col)?)?;
-        }
-        Ok(out)
-    }
-
     /// `ingest_many` over columns: row `i` is the event `{names[j]: cols[j][i]}`, at `ts[i]`
     /// clamped as `ingest` clamps. Every row is checked and lowered first, natively from the
     /// columns (plus its JSON for the reservoir): a refused row raises `MetricInputError` with
