@@ -1,5 +1,6 @@
 """The seeded simulation: at least 10,000 seeds per run, each failing seed printed for replay."""
 
+import multiprocessing
 import os
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -30,7 +31,10 @@ def _run(seeds, make_sm=DictKV, processes=1):
     seeds = list(seeds)
     if processes > 1:
         chunks = [seeds[i::processes] for i in range(processes)]
-        with ProcessPoolExecutor(processes) as pool:
+        # Spawned, not forked: the test process already runs threads (Kafka clients, the
+        # cluster fixture) and a fork can copy one of their locks held, hanging the child.
+        spawn = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(processes, mp_context=spawn) as pool:
             parts = list(pool.map(_chunk, chunks))
     else:
         parts = [_chunk(seeds, make_sm)]
