@@ -22,7 +22,8 @@ WINDOWS = [
     "HOPPING 6 SECONDS EVERY 2 SECONDS",
     "RANGE UNBOUNDED",
 ]
-GROUPS = ["", "GROUP BY card", "GROUP BY card, channel"]
+# Three fields: keys longer than the native index holds inline (keyed.rs `Key`).
+GROUPS = ["", "GROUP BY card", "GROUP BY card, channel", "GROUP BY card, channel, merchant"]
 WHERES = ["", "WHERE channel = 'cnp'", "WHERE amount > 20 OR merchant IS NULL"]
 AGGS = ("COUNT(*), COUNT(merchant), SUM(amount), AVG(amount), MIN(amount), MAX(amount), "
         "STDDEV(amount), STDDEV_POP(amount), VAR_SAMP(amount), VAR_POP(amount), "

@@ -17,6 +17,65 @@ pub enum Input {
     Pred(usize),
 }
 
+/// A group key as the index holds it: up to `KEY_INLINE` values inline, so a lookup compares
+/// against the table's own bucket instead of chasing a heap pointer per key (with one table
+/// per window, W1's 120 windows make 240 lookups per event: cache misses dominated them).
+/// Longer keys live in `rest`. Hash and equality are those of the value slice, so the index
+/// is queried with a plain `&[Val]`.
+#[derive(Clone)]
+struct Key {
+    len: u32,
+    inline: [Val; KEY_INLINE],
+    rest: Vec<Val>,
+}
+
+const KEY_INLINE: usize = 2;
+
+impl Key {
+    fn fill(&mut self, key: &[Val]) {
+        self.len = key.len() as u32;
+        self.rest.clear();
+        if key.len() <= KEY_INLINE {
+            for (slot, v) in self.inline.iter_mut().zip(key) {
+                *slot = v.canonical();
+            }
+        } else {
+            self.rest.extend(key.iter().map(|v| v.canonical()));
+        }
+    }
+
+    fn as_slice(&self) -> &[Val] {
+        let n = self.len as usize;
+        if n <= KEY_INLINE { &self.inline[..n] } else { &self.rest }
+    }
+}
+
+impl Default for Key {
+    fn default() -> Key {
+        Key { len: 0, inline: [Val::Null; KEY_INLINE], rest: vec![] }
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, o: &Key) -> bool {
+        self.as_slice() == o.as_slice()
+    }
+}
+
+impl Eq for Key {}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_slice().hash(h)
+    }
+}
+
+impl std::borrow::Borrow<[Val]> for Key {
+    fn borrow(&self) -> &[Val] {
+        self.as_slice()
+    }
+}
+
 pub struct Entry {
     pub key: Vec<Val>,
     pub states: Vec<Option<State>>,
@@ -26,11 +85,11 @@ pub struct GroupTable {
     pub sids: Vec<String>,
     pub kinds: Vec<Kind>,
     pub inputs: Vec<Input>,
-    index: FxHashMap<Vec<Val>, u32>,
+    index: FxHashMap<Key, u32>,
     entries: Vec<Option<Entry>>,
     free: Vec<u32>,
     spare: Vec<Entry>, // freed entries whose vectors the next new key reuses (no allocation)
-    spare_keys: Vec<Vec<Val>>,
+    spare_keys: Vec<Key>,
 }
 
 const SPARE_MAX: usize = 1024;
@@ -56,8 +115,7 @@ impl GroupTable {
         entry.states.clear();
         entry.states.resize_with(self.sids.len(), || None);
         let mut canon = self.spare_keys.pop().unwrap_or_default();
-        canon.clear();
-        canon.extend_from_slice(&entry.key);
+        canon.fill(&entry.key);
         let id = match self.free.pop() {
             Some(id) => {
                 self.entries[id as usize] = Some(entry);
@@ -88,7 +146,7 @@ impl GroupTable {
 
     pub fn remove(&mut self, id: u32) {
         if let Some(mut e) = self.entries[id as usize].take() {
-            if let Some((k, _)) = self.index.remove_entry(&e.key) {
+            if let Some((k, _)) = self.index.remove_entry(e.key.as_slice()) {
                 if self.spare_keys.len() < SPARE_MAX {
                     self.spare_keys.push(k);
                 }
