@@ -153,3 +153,23 @@ def test_old_segments_are_deleted_when_the_writer_lags(tmp_path, monkeypatch):
     segments = list((tmp_path / "e" / "reservoir" / "payments").glob("seg-*.rfs"))
     assert len(segments) <= 3, [p.name for p in segments]
     eng.close()
+
+
+def test_history_read_back_from_disk_keeps_64_bit_integers(tmp_path):
+    """Events go to disk as JSON written natively; a state added after a reopen is filled
+    from those chunks, so every integer (the 64-bit extremes, negatives, zero) and every
+    timestamp must read back exactly."""
+    ints = [-2**63, 2**63 - 1, 0, -1, 9, 10, -10, 123456789, -(10**18), 10**18 + 7]
+    opts = dict(chunk_bytes_target=64, segment_bytes_max=256, fsync=False)
+    eng = Engine(tmp_path / "e", **opts)
+    eng.define("SELECT COUNT(*) AS n FROM s RANGE 1 DAYS")  # its head keeps every event
+    t0 = 1_700_000_000_000
+    for i, v in enumerate(ints):
+        eng.ingest("s", {"v": v}, t0 + i)
+    eng.close()
+    eng = Engine(tmp_path / "e", **opts)
+    eng.define("SELECT MIN(v) AS lo, MAX(v) AS hi, SUM(v) AS total FROM s RANGE 1 DAYS")
+    out = eng.ingest("s", {"v": 0}, t0 + len(ints) + 5)
+    eng.close()
+    assert out["n"] == len(ints) + 1
+    assert (out["lo"], out["hi"], out["total"]) == (-2**63, 2**63 - 1, sum(ints))
