@@ -2,10 +2,12 @@
 
 Two threads: the *loop* consumes the log, applies entries to the state machine, completes
 waiting requests and calls ``on_effects`` and the checkpointer (one thread, so apply calls
-never overlap); the *appender* takes batches from the core and appends each with one group
-commit. Election callbacks arrive on the election's thread and take effect at once: a
-deposed leader fails its pending requests before returning. Callers must ``start()`` the node,
-and ``stop()`` it; from asyncio, wrap ``submit``'s future with ``asyncio.wrap_future``.
+never overlap; a failing read of the log is retried with backoff and shown in ``problems()``,
+only a failing apply or a truncated log stops it); the *appender* takes batches from the
+core and appends each with one group commit. Election callbacks arrive on the election's
+thread and take effect at once: a deposed leader fails its pending requests before
+returning. Callers must ``start()`` the node, and ``stop()`` it; from asyncio, wrap
+``submit``'s future with ``asyncio.wrap_future``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ records_per_poll_max = 1000
 forward_threads_max = 32
 appender_idle_wait_s = 0.1
 append_retry_backoff_s = 0.05  # after a failed append, so a down log is not hammered
+read_retry_backoff_max_s = 2.0  # a log that cannot be read (broker restarting) is retried
 
 
 class Checkpointer(Protocol):
@@ -92,6 +95,8 @@ class Node:
         self._forwarders = ThreadPoolExecutor(forward_threads_max, thread_name_prefix="forward")
         self._forwarding: set[Future[Applied]] = set()
         self.failure: BaseException | None = None
+        self.read_error: str | None = None  # the log's last read failure, until a read works
+        self.append_error: str | None = None  # the log's last append failure, until one works
 
     # -- public -------------------------------------------------------------------------
     @property
@@ -183,6 +188,20 @@ class Node:
         self._forwarders.submit(self._forward, fut, leader, kind, payload, timeout_s)
         return fut
 
+    def problems(self) -> list[str]:
+        """What keeps this node from working now (empty when healthy), for ``/healthz``."""
+        out = []
+        if self.failure is not None:
+            out.append(f"stopped: {type(self.failure).__name__}: {self.failure}")
+        if self.read_error:
+            out.append(f"log read failing: {self.read_error}")
+        if self.append_error:
+            out.append(f"log append failing: {self.append_error}")
+        election_error = getattr(self.election, "last_error", None)
+        if election_error:
+            out.append(f"election join failing: {election_error}")
+        return out
+
     def wait_applied(self, min_offset: int, timeout_s: float) -> bool:
         """Block until this node applied ``min_offset`` (read-your-writes); False on timeout."""
         with self._applied_cv:
@@ -212,17 +231,31 @@ class Node:
                 continue
             try:
                 self.log.append([e.encode() for e in batch])
+                self.append_error = None
             except Exception as e:  # the log's failure becomes the requests' failure
                 log.warning("append of %d entries failed: %s", len(batch), e)
+                self.append_error = f"{type(e).__name__}: {e}"
                 with self._lock:
                     completions = self.core.append_failed([x.seq for x in batch], str(e))
                 self._resolve(completions)
                 time.sleep(append_retry_backoff_s)
 
     def _loop(self) -> None:
+        backoff = poll_timeout_s
         try:
             while self._running:
-                records = self._reader.poll(poll_timeout_s, records_per_poll_max)
+                try:
+                    records = self._reader.poll(poll_timeout_s, records_per_poll_max)
+                    self.read_error, backoff = None, poll_timeout_s
+                except LogTruncated:
+                    raise
+                except Exception as e:  # noqa: BLE001 - a log being restarted: read again
+                    self.read_error = f"{type(e).__name__}: {e}"
+                    log.warning("reading the log failed, retrying in %.2fs: %s", backoff,
+                                self.read_error)
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, read_retry_backoff_max_s)
+                    records = []
                 for offset, data in records:
                     self._process(Entry.decode(data, offset))
                 if records:

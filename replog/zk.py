@@ -5,12 +5,19 @@ node that is not the smallest watches its predecessor only (no herd on a change)
 suspended connection the leader is deposed at once, since its session may expire without it
 knowing; if the session survives it is elected again with the same id, and if the session is
 lost it rejoins with a new znode, hence a larger id.
+
+Joining never raises into the caller's thread: a keeper thread owns every join and retries it
+with capped backoff until the session is healthy (ZooKeeper or its network down, a session
+expired while joining). It also checks, every few seconds, that this node's znode still exists,
+so a lost watch or a missed state change cannot leave the node out of the election for good;
+when the client has been disconnected for long (kazoo gave up reconnecting), it makes a new one.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
@@ -20,6 +27,9 @@ from replog.protocols import Deposed, Elected, ElectionEvent
 
 log = logging.getLogger(__name__)
 _PREFIX = "n_"
+join_backoff_min_s = 0.2
+join_backoff_max_s = 5.0
+keeper_check_every_s = 2.0  # how often the keeper makes sure this node is in the election
 
 
 def _seq(name: str) -> int:
@@ -42,18 +52,35 @@ class ZkElection:
         # session loss must not leave two znodes of this node, one of them blocking the rest.
         self._join_lock = threading.Lock()
         self._stopped = False
+        self._stale: str | None = None  # my old znode a resign could not delete
         self._lost = False  # the session was lost: rejoin with a new znode on reconnect
+        self._wanted = threading.Event()  # the keeper should (re)join or re-check now
+        self._keeper: threading.Thread | None = None
+        self._disconnected_since: float | None = None
+        self.join_failures = 0  # consecutive failed joins (for /healthz)
+        self.last_error: str | None = None
 
     def start(
         self, node_id: str, advertise_url: str, on_event: Callable[[ElectionEvent], None]
     ) -> None:
         self._on_event = on_event
         self._url = advertise_url.encode()
-        self._zk = KazooClient(hosts=self.hosts, timeout=self.session_timeout_s)
-        self._zk.add_listener(self._on_state)
+        self._zk = self._new_client()
         self._zk.start(timeout=max(10.0, self.session_timeout_s))
         self._zk.ensure_path(self.path)
         self._join()
+        self._keeper = threading.Thread(target=self._keep, name="zk-election-keeper", daemon=True)
+        self._keeper.start()
+
+    def _new_client(self) -> KazooClient:
+        # Reconnect forever: ZooKeeper being down for a while must not end the election.
+        zk = KazooClient(
+            hosts=self.hosts,
+            timeout=self.session_timeout_s,
+            connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0},
+        )
+        zk.add_listener(self._on_state)
+        return zk
 
     @property
     def writer_id(self) -> int | None:
@@ -75,24 +102,27 @@ class ZkElection:
         return self._leader_url
 
     def resign(self) -> None:
+        """Give up leadership and rejoin with a new znode (a larger writer id). Never raises."""
         with self._join_lock:
             with self._lock:
                 self._depose("resigned")
                 me, self._me = self._me, None
-                if self._lost or self._stopped:
-                    return  # the reconnection (or nobody) rejoins
-            if me is not None:
+                if self._stopped:
+                    return
+            if me is not None and not self._lost:
                 try:
                     self._zk.delete(f"{self.path}/{me}")  # type: ignore[union-attr]
                 except NoNodeError:
                     pass
-                except Exception:  # the session is in trouble: _on_state rejoins after it
+                except Exception:  # the session is in trouble: it dies with it, or we retry
                     log.warning("resign could not delete %s", me, exc_info=True)
-                    return
-            self._join_locked()
+                    with self._lock:
+                        self._stale = me
+        self._wanted.set()  # the keeper joins again, retrying until ZooKeeper answers
 
     def stop(self) -> None:
         self._stopped = True
+        self._wanted.set()
         with self._lock:
             self._depose("stopped")
         if self._zk is not None:
@@ -108,7 +138,14 @@ class ZkElection:
             self._join_locked()
 
     def _join_locked(self) -> None:
+        if self._stale is not None:  # a stale znode of mine would stand before the new one
+            try:
+                self._zk.delete(f"{self.path}/{self._stale}")  # type: ignore[union-attr]
+            except NoNodeError:
+                pass
+            self._stale = None
         if self._me is None:
+            self._zk.ensure_path(self.path)  # type: ignore[union-attr]
             created = self._zk.create(  # type: ignore[union-attr]
                 f"{self.path}/{_PREFIX}", self._url, ephemeral=True, sequence=True
             )
@@ -129,7 +166,12 @@ class ZkElection:
             self._leader_url = None  # refreshed lazily
             me = self._me
             if me is None or me not in children:
-                return  # lost with the session; _on_state rejoins
+                if me is not None and self._zk.connected:
+                    log.warning("my znode %s is gone: joining again", me)
+                    self._depose("znode gone")
+                    self._me = None
+                self._wanted.set()
+                return
             index = children.index(me)
             if index == 0:
                 if self._leading_as != _seq(me):
@@ -165,15 +207,64 @@ class ZkElection:
 
     def _reconnected(self) -> None:
         with self._lock:
-            lost, self._lost = self._lost, False
-            joined = self._me is not None
+            self._lost = False
+        self._wanted.set()
+
+    def _keep(self) -> None:
+        """Join (again) whenever needed, with backoff, until stopped; never raises."""
+        backoff = join_backoff_min_s
+        while not self._stopped:
+            self._wanted.wait(keeper_check_every_s)
+            self._wanted.clear()
+            if self._stopped:
+                return
+            try:
+                self._replace_client_if_dead()
+                if not self._zk.connected:  # type: ignore[union-attr]
+                    continue  # the state listener wakes us when it reconnects
+                with self._join_lock:
+                    if self._lost:
+                        continue
+                    self._join_locked()
+                self.join_failures, self.last_error = 0, None
+                backoff = join_backoff_min_s
+            except Exception as e:  # noqa: BLE001 - any failure: retry after a while
+                self.join_failures += 1
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.warning("joining the election failed (%d in a row), retrying in %.1fs: %s",
+                            self.join_failures, backoff, self.last_error)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, join_backoff_max_s)
+                self._wanted.set()
+
+    def _replace_client_if_dead(self) -> None:
+        """A client disconnected for long (kazoo stopped trying) is replaced by a new one."""
+        zk = self._zk
+        if zk is None or zk.connected:
+            self._disconnected_since = None
+            return
+        now = time.monotonic()
+        if self._disconnected_since is None:
+            self._disconnected_since = now
+            return
+        if now - self._disconnected_since < 4 * self.session_timeout_s:
+            return
+        log.warning("ZooKeeper client disconnected for %.0fs: starting a new one",
+                    now - self._disconnected_since)
+        self._disconnected_since = None
+        with self._lock:
+            self._depose("ZooKeeper client replaced")
+            self._me = None
+            self._lost = False
         try:
-            if lost:
-                self._join()
-            elif joined:
-                self._check()
-        except Exception:  # the next state change tries again
-            log.warning("rejoining the election failed", exc_info=True)
+            zk.remove_listener(self._on_state)
+            zk.stop()
+            zk.close()
+        except Exception:  # the old client is dropped anyway
+            log.debug("closing the old kazoo client failed", exc_info=True)
+        fresh = self._new_client()
+        self._zk = fresh
+        fresh.start(timeout=max(10.0, self.session_timeout_s))
 
     def _depose(self, reason: str) -> None:
         if self._leading_as is not None:

@@ -58,6 +58,7 @@ class EffectExecutor:
         self._stored: dict[str, int] = {}
         self._outbox_done: set[str] = set()
         self._running = True
+        self.store_error: str | None = None  # the run store's last failure, until a write works
         self._loop = asyncio.new_event_loop()
         self._threads = [
             threading.Thread(target=self._loop.run_forever, name="effects-io", daemon=True),
@@ -123,9 +124,11 @@ class EffectExecutor:
             while self._running:
                 try:
                     self._store.put_many(records)
+                    self.store_error = None
                     break
                 except Exception as exc:  # noqa: BLE001 - the store is down: retry, never drop
                     log.warning("run store write of %d runs failed: %s", len(records), exc)
+                    self.store_error = f"{type(exc).__name__}: {exc}"
                     time.sleep(delay_ms / 1000)
                     delay_ms = min(store_retry_ms_max, delay_ms * 2)
             self._counters.runs_stored.inc(len(records))

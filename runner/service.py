@@ -130,6 +130,15 @@ class Service:
                               "other_node": theirs.writer_node})
         del self.diverged[:-100]  # the newest are enough to investigate
 
+    def problems(self) -> list[str]:
+        """The service's own troubles (the node's are in ``node.problems()``), for /healthz."""
+        out = []
+        if self.executor.store_error:
+            out.append(f"run store write failing: {self.executor.store_error}")
+        if self.diverged:
+            out.append(f"digests differ at offsets {[d['offset'] for d in self.diverged[-5:]]}")
+        return out
+
     def ready(self) -> bool:
         return self._running and self.node.failure is None and (
             self.node.is_leader or self.node.leader_url() is not None)

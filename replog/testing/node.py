@@ -9,6 +9,7 @@ Used by the real-cluster fault tests and the round-trip benchmark:
 - ``GET /read?key=K&min_offset=N`` (read-your-writes), ``GET /status``, ``GET /applied``
   (offset, writer_id, seq of each applied entry), ``GET /digests`` (every
   ``--digest-every`` offsets), ``GET /dump`` (the whole table).
+- ``POST /nemesis/expire-session`` ends this node's ZooKeeper session from outside (a fault).
 """
 
 from __future__ import annotations
@@ -107,6 +108,13 @@ def make_handler(rep: Replica):
             self.wfile.write(data)
 
         def do_POST(self) -> None:
+            if self.path == "/nemesis/expire-session":
+                from replog.testing.zkfaults import expire_session
+
+                election = node.election
+                expire_session(election._zk, election.hosts)  # noqa: SLF001 - a test fault
+                self._send(200, {"expired": True})
+                return
             length = int(self.headers.get("content-length", "0"))
             req = json.loads(self.rfile.read(length))
             timeout_s = float(req.get("timeout_s", 2.0))

@@ -183,6 +183,7 @@ class HealthPublic(BaseModel):
     leader_url: str | None
     applied_offset: int
     diverged_offsets: list[int] = []  # checkpoint offsets where replicas' digests differed
+    problems: list[str] = []  # what keeps the node from working now (log, election, apply)
 
 
 class ScoreRequest(BaseModel):

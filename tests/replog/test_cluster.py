@@ -139,6 +139,43 @@ def test_sigstop_the_leader_past_its_session_timeout(nodes):
     assert not late_acks, late_acks[:3]
 
 
+def test_every_session_expired_under_load_a_leader_comes_back(nodes):
+    """All three nodes lose their ZooKeeper sessions (as when ZooKeeper is down longer than the
+    session timeout): a leader is elected again, fenced with its new znode's sequence, and
+    orders are decided; nothing acknowledged is lost."""
+    load = Load(nodes, seed=4)
+    load.start()
+    time.sleep(2.0)
+    leader = nodes.wait_leader()
+    old_writer = nodes.status(leader)["my_writer_id"]
+    t_fault = time.monotonic()
+    for name in nodes.ports:
+        r = nodes.http.post(f"{nodes.url(name)}/nemesis/expire-session", timeout=15.0)
+        assert r.status_code == 200, r.text
+    new_leader = nodes.wait_leader(timeout_s=60.0)
+    deadline = time.monotonic() + 60.0
+    while (nodes.status(new_leader) or {}).get("my_writer_id") in (None, old_writer):
+        assert time.monotonic() < deadline, "no leader with a new writer id"
+        time.sleep(0.1)
+        new_leader = nodes.wait_leader(timeout_s=60.0)
+    new_writer = nodes.status(new_leader)["my_writer_id"]
+    assert new_writer > old_writer  # a new znode: a larger writer id fences the old one
+    r = nodes.http.post(
+        f"{nodes.url(new_leader)}/submit",
+        json={"kind": "kv", "payload": '{"op": "put", "key": "after-expiry", "value": 1}',
+              "timeout_s": 10},
+        timeout=30.0,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["writer_id"] == new_writer
+    time.sleep(2.0)
+    load.stop()
+    verdict = check_run(nodes, load)
+    _record("zk_sessions_expired", failover_s=failover_s(load, t_fault, old_writer),
+            acked=verdict.acked, log_entries=verdict.log_entries)
+    _assert_valid(verdict)
+
+
 @pytest.mark.skipif(
     os.environ.get("REPLOG_SKIP_BROKER_RESTART") == "1",
     reason="the broker is shared with other running tests",

@@ -245,3 +245,29 @@ def test_file_log_keeps_a_sparse_index_and_readers_start_anywhere(tmp_path, monk
     assert [o for o, _ in reader.poll(0.0, 100)] == [8, 9, 10]
     reader.close()
     again.close()
+
+
+def test_a_log_read_failure_is_retried_and_shown_not_fatal():
+    """A broker restarting makes reads fail for a while: the loop retries them, /healthz's
+    problems name the failure meanwhile, and the node serves again once reads work."""
+    log, directory = MemLog(), {}
+    node = Node(DictKV(), log, ManualElection(directory), node_id="n0", advertise_url="mem://n0")
+    node.start()
+    try:
+        node.election.elect(1)
+        assert wait_for(lambda: node.is_leader)
+        reader = node._reader
+        real_poll, failures = reader.poll, [RuntimeError("broker down")] * 6
+
+        def flaky_poll(timeout_s, records_max):
+            if failures:
+                raise failures.pop()
+            return real_poll(timeout_s, records_max)
+
+        reader.poll = flaky_poll
+        assert wait_for(lambda: any("broker down" in p for p in node.problems()))
+        applied = node.submit(ops.KIND, ops.put("k", 1), WAIT_S).result(WAIT_S)
+        assert applied.effects == [{"key": "k", "value": 1}]
+        assert node.failure is None and node.problems() == []
+    finally:
+        node.stop()

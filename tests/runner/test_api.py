@@ -206,6 +206,7 @@ def test_health_and_prometheus(api):
     client, _ = api
     h = client.get("/healthz").json()
     assert h["role"] == "leader" and h["status"] == "ok" and h["applied_offset"] >= 0
+    assert h["problems"] == []  # log, election, run store and apply all working
     text = client.get("/metrics").text
     assert "railflow_decisions_total" in text and "railflow_event_seconds_bucket" in text
 

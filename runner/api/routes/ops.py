@@ -32,7 +32,8 @@ def healthz(svc: Svc):
     return {"status": status, "node_id": svc.settings.node_id,
             "role": node.role.value, "leader_url": node.leader_url(),
             "applied_offset": node.applied_offset,
-            "diverged_offsets": [d["offset"] for d in svc.diverged]}
+            "diverged_offsets": [d["offset"] for d in svc.diverged],
+            "problems": node.problems() + svc.problems()}
 
 
 @router.get("/metrics", tags=["ops"], response_class=Response)
