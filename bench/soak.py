@@ -8,6 +8,7 @@ Usage (``make soak`` runs the full one; it is not part of ``make test``)::
 
     .venv/bin/python bench/soak.py                          # 600 s at 300/s, every fault
     .venv/bin/python bench/soak.py --duration 60 --quick    # smoke: 20/s, node kills only
+    .venv/bin/python -m bench.soakload --rate 300           # what the load generator costs
 
 Restarting the broker or ZooKeeper disturbs everything else that uses the shared local
 cluster, so ``--quick`` injects node faults only. Writes ``bench/results/soak.json`` (the
@@ -37,8 +38,10 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
+import orjson  # noqa: E402
 
 from bench.soak_check import LogRecord, check  # noqa: E402
+from bench.soakload import Pool  # noqa: E402
 from infra import endpoints  # noqa: E402
 from runner import signing  # noqa: E402
 from runner.demo import OrderGenerator  # noqa: E402
@@ -60,6 +63,7 @@ settle_timeout_s = 120.0
 digest_poll_s = 3.0
 leader_poll_s = 0.5
 progress_every_s = 10.0
+tick_s = 0.01  # the generator wakes at most this often; an order leaves at most this late
 
 
 class History:
@@ -69,11 +73,13 @@ class History:
         self.ops: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self.t0 = time.monotonic()
+        self.acks = 0
 
     def add(self, type_: str, **fields: Any) -> dict[str, Any]:
         op = {"type": type_, "t": round(time.monotonic() - self.t0, 4), **fields}
         with self._lock:
             self.ops.append(op)
+            self.acks += type_ == "ok"
         return op
 
     def snapshot(self) -> list[dict[str, Any]]:
@@ -82,72 +88,97 @@ class History:
 
 
 # ---------------------------------------------------------------- load
-async def _send(client: httpx.AsyncClient, cluster: NodeCluster, history: History,
-                order: dict, rng: random.Random) -> None:
-    headers = {"Authorization": f"Bearer {cluster.api_key}"}
+_live_cache: tuple[float, list] = (0.0, [])
+live_refresh_s = 0.05  # a node's liveness is a waitpid: asked at most this often, not per order
+
+
+def _live(cluster: NodeCluster) -> list:
+    global _live_cache
+    now = time.monotonic()
+    if now - _live_cache[0] >= live_refresh_s:
+        _live_cache = (now, [n for n in cluster.nodes.values() if n.alive()])
+    return _live_cache[1]
+
+
+async def _send(pools: dict[str, Pool], headers: bytes, cluster: NodeCluster,
+                history: History, order: dict, rng: random.Random) -> None:
+    body = orjson.dumps(order)
     for _attempt in range(attempts_max):
-        live = [n for n in cluster.nodes.values() if n.alive()]
+        live = _live(cluster)
         if not live:
             await asyncio.sleep(retry_pause_s)
             continue
         node = rng.choice(live)
         history.add("invoke", id=order["event_id"], node=node.node_id)
+        pool = pools.get(node.url)
+        if pool is None:
+            pool = pools[node.url] = Pool(node.url)
         try:
-            r = await client.post(node.url + "/v1/events", json=order, headers=headers,
-                                  timeout=attempt_timeout_s)
-        except httpx.HTTPError as exc:
+            status, raw = await pool.post("/v1/events", body, headers, attempt_timeout_s)
+        except (OSError, TimeoutError) as exc:
             history.add("info", id=order["event_id"], node=node.node_id, error=type(exc).__name__)
             await asyncio.sleep(retry_pause_s)
             continue
-        if r.status_code == 200:
-            body = r.json()
-            history.add("ok", id=order["event_id"], node=node.node_id, offset=body["offset"],
-                        duplicate=body["duplicate"],
+        if status == 200:
+            reply = orjson.loads(raw)
+            history.add("ok", id=order["event_id"], node=node.node_id, offset=reply["offset"],
+                        duplicate=reply["duplicate"],
                         runs=[{"run_id": x["run_id"], "decision": x["decision"]}
-                              for x in body["runs"]])
+                              for x in reply["runs"]])
             return
-        if 400 <= r.status_code < 500 and r.status_code != 429:
-            history.add("fail", id=order["event_id"], node=node.node_id,
-                        error=f"{r.status_code} {r.text[:200]}")
+        text = raw[:200].decode("utf-8", "replace")
+        if 400 <= status < 500 and status != 429:
+            history.add("fail", id=order["event_id"], node=node.node_id, error=f"{status} {text}")
             return
         history.add("info", id=order["event_id"], node=node.node_id,
-                    error=f"{r.status_code} {r.text[:120]}")
+                    error=f"{status} {text[:120]}")
         await asyncio.sleep(retry_pause_s)
 
 
 async def run_load(cluster: NodeCluster, history: History, rate: float, duration_s: float,
-                   stop: threading.Event, seed: int) -> dict[str, int]:
+                   stop: threading.Event, seed: int) -> dict[str, Any]:
+    """Open loop: order i is due at ``i / rate`` whatever the cluster does. Runs on one thread
+    whose own CPU time is reported (``loadgen_cpu_share``: the generator's cost, which must
+    stay small next to the nodes it loads)."""
     gen = OrderGenerator(seed=seed, prefix=f"soak-{uuid.uuid4().hex[:6]}")
     rng = random.Random(seed)
     tasks: set[asyncio.Task] = set()
     shed = sent = 0
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-    async with httpx.AsyncClient(limits=limits) as client:
-        started = last_report = time.monotonic()
+    pools: dict[str, Pool] = {}
+    headers = (b"Content-Type: application/json\r\nAuthorization: Bearer "
+               + cluster.api_key.encode() + b"\r\n")
+    cpu0, started = time.thread_time(), time.monotonic()
+    last_report = started
+    try:
         for i in itertools.count():
             if time.monotonic() - last_report >= progress_every_s:
                 last_report = time.monotonic()
-                acked = sum(op["type"] == "ok" for op in history.snapshot())
-                print(f"  {last_report - started:5.0f} s: {sent} sent, {acked} acknowledged, "
-                      f"{len(tasks)} in flight, {shed} shed", flush=True)
+                print(f"  {last_report - started:5.0f} s: {sent} sent, {history.acks} "
+                      f"acknowledged, {len(tasks)} in flight, {shed} shed, generator CPU "
+                      f"{(time.thread_time() - cpu0) / (last_report - started):.1%}", flush=True)
             due = started + i / rate
             if due - started >= duration_s or stop.is_set():
                 break
             delay = due - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            if delay > 0:  # orders due within a tick go out together: one wakeup per tick
+                await asyncio.sleep(max(delay, tick_s))
             order = gen.order()
             if len(tasks) >= inflight_max:
                 shed += 1
                 history.add("fail", id=order["event_id"], error="client backlog: not sent")
                 continue
-            task = asyncio.create_task(_send(client, cluster, history, order, rng))
+            task = asyncio.create_task(_send(pools, headers, cluster, history, order, rng))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             sent += 1
+        load_cpu_s, load_wall_s = time.thread_time() - cpu0, time.monotonic() - started
         if tasks:
             await asyncio.wait(tasks)
-    return {"sent": sent, "shed": shed}
+    finally:
+        for pool in pools.values():
+            pool.close()
+    return {"sent": sent, "shed": shed, "cpu_s": round(load_cpu_s, 2),
+            "cpu_share": round(load_cpu_s / max(load_wall_s, 1e-9), 4)}
 
 
 # ---------------------------------------------------------------- observers
@@ -379,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                    threading.Thread(target=observe, args=(cluster, history, stop), daemon=True)]
         for t in threads:
             t.start()
-        load = asyncio.run(run_load(cluster, history, rate, args.duration, stop, args.seed))
+        load = _run_loop(run_load(cluster, history, rate, args.duration, stop, args.seed))
         stop.set()
         threads[0].join(timeout=120)
         offsets = settle(cluster)
@@ -406,6 +437,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {f_['kind']:9} {f_['target']:9} leader={f_['was_leader']!s:5} at "
               f"{f_['at_s']:7.1f} s  recovered after {f_['recovered_after_s']} s")
     return 0 if verdict.valid else 1
+
+
+def _run_loop(coro):
+    """uvloop when installed (a cheaper event loop for the generator), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def _stored_with_retries(table: str, decided: set[str]) -> set[str]:
@@ -448,6 +488,7 @@ def _report(args, rate, faults, load, offsets, ops, verdict, log_entries) -> dic
         "faults_injected": counts, "fault_errors": [op for op in ops
                                                     if op["type"] == "fault_error"],
         "orders_sent": load["sent"], "orders_shed_by_client": load["shed"],
+        "loadgen_cpu_s": load["cpu_s"], "loadgen_cpu_share": load["cpu_share"],
         "orders_acknowledged": len(acked_ids),
         "acks_total": verdict.acknowledged,
         "attempts_indeterminate": sum(op["type"] == "info" for op in ops),
