@@ -358,13 +358,22 @@ def failovers(history: list[dict]) -> list[dict]:
         if op["type"] == "invoke":
             invokes.setdefault((op["id"], op["node"]), op["t"])
     out = []
-    for fault in (op for op in history if op["type"] == "fault"):
+    faults = [op for op in history if op["type"] == "fault"]
+    ack_times = [t for t, _ in oks]
+    end_t = max((op["t"] for op in history), default=0.0)
+    for i, fault in enumerate(faults):
         first = next((t for t, ok in oks
                       if t > fault["t"] and invokes.get((ok["id"], ok["node"]), 0) >= fault["t"]),
                      None)
+        # The first ack after a fault can come before the fault bites (a server takes a moment
+        # to go down): the longest stretch without any ack until the next fault is the outage.
+        until = faults[i + 1]["t"] if i + 1 < len(faults) else end_t
+        window = [fault["t"]] + [t for t in ack_times if fault["t"] < t <= until] + [until]
+        gap = max(b - a for a, b in zip(window, window[1:], strict=False))
         out.append({"kind": fault["kind"], "target": fault["target"],
                     "was_leader": fault["was_leader"], "at_s": fault["t"],
-                    "recovered_after_s": None if first is None else round(first - fault["t"], 3)})
+                    "recovered_after_s": None if first is None else round(first - fault["t"], 3),
+                    "longest_without_ack_s": round(gap, 3)})
     return out
 
 
@@ -435,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in report.items() if k != "failovers"}, indent=1))
     for f_ in report["failovers"]:
         print(f"  {f_['kind']:9} {f_['target']:9} leader={f_['was_leader']!s:5} at "
-              f"{f_['at_s']:7.1f} s  recovered after {f_['recovered_after_s']} s")
+              f"{f_['at_s']:7.1f} s  recovered after {f_['recovered_after_s']} s, longest "
+              f"without an ack {f_['longest_without_ack_s']} s")
     return 0 if verdict.valid else 1
 
 
@@ -498,6 +508,7 @@ def _report(args, rate, faults, load, offsets, ops, verdict, log_entries) -> dic
         "leader_changes": sum(op["type"] == "leader" for op in ops) - 1,
         "failovers": fo,
         "failover_max_s": max((x for x in leader_faults if x is not None), default=None),
+        "longest_without_ack_s": max((f["longest_without_ack_s"] for f in fo), default=None),
         "log_entries": log_entries, "final_applied_offsets": offsets,
         "decided_runs_checked": verdict.decided_runs,
         "digest_offsets_compared": verdict.digest_offsets_compared,

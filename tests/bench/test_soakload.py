@@ -103,3 +103,21 @@ def test_a_timed_out_answer_is_never_taken_for_the_next_one():
             server.close()
 
     asyncio.run(main())
+
+
+def test_the_failover_table_shows_the_outage_even_when_an_ack_slips_in_first():
+    from bench.soak import failovers
+
+    history = [
+        {"type": "fault", "t": 10.0, "kind": "broker", "target": "kafka", "was_leader": False},
+        {"type": "invoke", "t": 10.1, "id": "a", "node": "n1"},
+        {"type": "ok", "t": 10.2, "id": "a", "node": "n1"},  # before the broker went down
+        {"type": "invoke", "t": 11.0, "id": "b", "node": "n1"},
+        {"type": "ok", "t": 40.2, "id": "b", "node": "n1"},  # 30 s without an ack
+        {"type": "fault", "t": 50.0, "kind": "kill", "target": "n2", "was_leader": True},
+        {"type": "invoke", "t": 50.5, "id": "c", "node": "n1"},
+        {"type": "ok", "t": 52.0, "id": "c", "node": "n1"},
+    ]
+    broker, kill = failovers(history)
+    assert broker["recovered_after_s"] == 0.2 and broker["longest_without_ack_s"] == 30.0
+    assert kill["recovered_after_s"] == 2.0 and kill["longest_without_ack_s"] == 2.0
