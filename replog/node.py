@@ -41,6 +41,10 @@ forward_threads_max = 32
 appender_idle_wait_s = 0.1
 append_retry_backoff_s = 0.05  # after a failed append, so a down log is not hammered
 read_retry_backoff_max_s = 2.0  # a log that cannot be read (broker restarting) is retried
+# The log took an append this long ago and the reader has returned nothing since: the
+# reader is stuck (a client that lost its broker may not fetch again for minutes), so it is
+# reopened where it stands.
+reader_stall_s = 5.0
 
 
 class Checkpointer(Protocol):
@@ -97,6 +101,8 @@ class Node:
         self.failure: BaseException | None = None
         self.read_error: str | None = None  # the log's last read failure, until a read works
         self.append_error: str | None = None  # the log's last append failure, until one works
+        self._appended_at = 0.0  # monotonic time of the last append the log took
+        self.reader_reopens = 0
 
     # -- public -------------------------------------------------------------------------
     @property
@@ -232,6 +238,7 @@ class Node:
             try:
                 self.log.append([e.encode() for e in batch])
                 self.append_error = None
+                self._appended_at = time.monotonic()
             except Exception as e:  # the log's failure becomes the requests' failure
                 log.warning("append of %d entries failed: %s", len(batch), e)
                 self.append_error = f"{type(e).__name__}: {e}"
@@ -242,8 +249,12 @@ class Node:
 
     def _loop(self) -> None:
         backoff = poll_timeout_s
+        read_at = time.monotonic()
         try:
             while self._running:
+                if read_at < self._appended_at < time.monotonic() - reader_stall_s:
+                    self._reopen_reader()
+                    read_at = time.monotonic()
                 try:
                     records = self._reader.poll(poll_timeout_s, records_per_poll_max)
                     self.read_error, backoff = None, poll_timeout_s
@@ -259,6 +270,7 @@ class Node:
                 for offset, data in records:
                     self._process(Entry.decode(data, offset))
                 if records:
+                    read_at = time.monotonic()
                     with self._applied_cv:
                         self._applied = self.core.applied_offset
                         self._applied_cv.notify_all()
@@ -273,6 +285,23 @@ class Node:
                 completions = self.core.deposed("node failed")
             self._resolve(completions)
             self.election.stop()
+
+    def _reopen_reader(self) -> None:
+        offset = self.core.next_offset
+        log.warning("%s: the log took an append over %.0fs ago and nothing was read since: "
+                    "reopening the reader at offset %d", self.node_id, reader_stall_s, offset)
+        try:
+            fresh = self.log.open_reader(offset)
+        except Exception as e:  # noqa: BLE001 - keep the old reader; tried again later
+            self.read_error = f"reopening the reader failed: {type(e).__name__}: {e}"
+            log.warning("%s", self.read_error)
+            return
+        old, self._reader = self._reader, fresh
+        self.reader_reopens += 1
+        try:
+            old.close()
+        except Exception:  # the stuck reader is dropped anyway
+            log.debug("closing the stuck reader failed", exc_info=True)
 
     def _process(self, entry: Entry) -> None:
         with self._lock:

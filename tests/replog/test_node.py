@@ -271,3 +271,26 @@ def test_a_log_read_failure_is_retried_and_shown_not_fatal():
         assert node.failure is None and node.problems() == []
     finally:
         node.stop()
+
+
+def test_a_stuck_reader_is_reopened_where_it_stands(monkeypatch):
+    """The log took the leader's append but its reader returns nothing (a Kafka client that lost
+    its broker may not fetch again for minutes): the node reopens the reader and applies."""
+    import replog.node as node_mod
+
+    monkeypatch.setattr(node_mod, "reader_stall_s", 0.2)
+    log, directory = MemLog(), {}
+    node = Node(DictKV(), log, ManualElection(directory), node_id="n0", advertise_url="mem://n0")
+    node.start()
+    try:
+        node.election.elect(1)
+        assert wait_for(lambda: node.is_leader)
+        node._reader.poll = lambda timeout_s, records_max: []  # stuck for good
+        import time
+
+        time.sleep(0.2)  # a poll already under way when it got stuck has returned
+        applied = node.submit(ops.KIND, ops.put("k", 2), WAIT_S).result(WAIT_S)
+        assert applied.effects == [{"key": "k", "value": 2}]
+        assert node.reader_reopens == 1 and node.sm.get("k") == 2
+    finally:
+        node.stop()
