@@ -101,7 +101,9 @@ class Node:
         self.failure: BaseException | None = None
         self.read_error: str | None = None  # the log's last read failure, until a read works
         self.append_error: str | None = None  # the log's last append failure, until one works
-        self._appended_at = 0.0  # monotonic time of the last append the log took
+        # When the last append the log took began: the reader may return the records before
+        # the append returns, so a read after this time covers them.
+        self._appended_at = 0.0
         self.reader_reopens = 0
 
     # -- public -------------------------------------------------------------------------
@@ -235,10 +237,11 @@ class Node:
                 batch = self.core.take_batch(self.clock())
             if not batch:
                 continue
+            began = time.monotonic()
             try:
                 self.log.append([e.encode() for e in batch])
                 self.append_error = None
-                self._appended_at = time.monotonic()
+                self._appended_at = began
             except Exception as e:  # the log's failure becomes the requests' failure
                 log.warning("append of %d entries failed: %s", len(batch), e)
                 self.append_error = f"{type(e).__name__}: {e}"
