@@ -206,9 +206,13 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
         _insert(cur, "app_tasks", TASK_FIELDS, gen.tasks, "INSERT OR REPLACE")
         _insert(cur, "outbox", OUTBOX_FIELDS, gen.outbox, "INSERT OR IGNORE")
         if gen.stored:
+            # A confirmation names the offset of a version apply wrote, so the run's offset_ is
+            # at least that: the bound on offset_ lets DuckDB's zone maps skip every row group
+            # of older runs, and the join touches about the batch instead of the whole table.
             _register(cur, ("run_id", "stored"), list(gen.stored.items()))
             cur.execute("UPDATE runs SET stored_offset = greatest(runs.stored_offset, s.stored) "
-                        "FROM _rows s WHERE runs.run_id = s.run_id")
+                        "FROM _rows s WHERE runs.run_id = s.run_id AND runs.offset_ >= ?",
+                        [min(gen.stored.values())])
             cur.unregister("_rows")
         if gen.outbox_done:
             _register(cur, ("effect_id",), [(e,) for e in gen.outbox_done])

@@ -467,6 +467,10 @@ class RunnerStateMachine:
         return [Reply(ok=True, result={"claimed_by": user})]
 
     def _effects_done(self, entry: Any, p: dict) -> list[Any]:
+        """Marks runs stored. Each [run id, offset] is a version a StoreRun carried, so the
+        run's offset_ is at least that offset (the flush relies on it to touch only recent
+        rows); a confirmation naming a later offset than the run has may leave it unstored, and
+        then the next leader stores it again (idempotent), on every replica alike."""
         gen = self._buffer.current
         for run_id, offset in p.get("stored", []):
             gen.stored[run_id] = max(int(offset), gen.stored.get(run_id, -1))

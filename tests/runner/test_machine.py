@@ -415,3 +415,22 @@ def test_event_ids_are_deduplicated_within_the_retention_only(tmp_path):
     assert list(c._seen_order) == list(a._seen_order) and c._seen == a._seen
     for m in (a, b, c):
         m.close()
+
+
+def test_confirmations_mark_runs_stored_across_flushed_generations(machine):
+    """The flush's UPDATE is bounded by the oldest confirmed offset: runs flushed in earlier
+    generations are still marked, runs older and newer than the batch are left alone."""
+    log = Log(machine)
+    setup_w3(log)
+    for i in range(6):
+        log.apply(entries.EVENT_RECEIVED, order(f"o-{i}", card=f"c{i}"))
+        machine._buffer.flush()  # each run's row lands in its own generation
+    redrive = {e.record["event_id"]: e.record for e in log.apply(entries.LEADER_STARTED, {})
+               if isinstance(e, StoreRun)}
+    stored = [[redrive[f"o-{i}"]["run_id"], redrive[f"o-{i}"]["offset"]] for i in (2, 4)]
+    log.apply(entries.EFFECTS_DONE, {"stored": stored, "outbox": []})
+    again = log.apply(entries.LEADER_STARTED, {})
+    assert sorted(e.record["event_id"] for e in again if isinstance(e, StoreRun)) == \
+        ["o-0", "o-1", "o-3", "o-5"]
+    assert machine.con.execute("SELECT count(*) FROM runs WHERE stored_offset >= offset_"
+                               ).fetchone() == (2,)
