@@ -34,7 +34,7 @@ from metrics_engine.language import parse
 from metrics_engine.plan import Plan
 from metrics_engine.reservoir import CHUNK_BYTES_TARGET, SEGMENT_BYTES_MAX, StreamReservoir, Writer
 
-FORMAT_VERSION = 2  # 2: aggregation state in the native core's files, not RocksDB
+FORMAT_VERSION = 3  # 2: aggregation state in native files; 3: calendar windows hold bucket rings
 CACHE_ENTRIES_MAX = 500_000  # kept for callers; the native core does not spill yet
 STREAM_NAME_CHARS_MAX = 100
 

@@ -55,7 +55,9 @@ def cursor_specs(w: WindowSpec) -> tuple[tuple, tuple | None]:
     if w.kind == "unbounded":
         return ("all",), None
     if w.kind == "hop":
-        return ("hop", w.every_ms, w.align_ms, 0), ("hop", w.every_ms, w.align_ms, w.size_ms)
+        # Calendar windows take the current event into its (still open) bucket natively; the
+        # head only holds the reservoir back to the window's start, for backfills.
+        return ("all",), ("hop", w.every_ms, w.align_ms, w.size_ms)
     tail: tuple
     if w.exclude_current and w.delay_ms == 0:
         tail = ("prev",)
@@ -260,7 +262,9 @@ class StreamPlan:
                     groups.append((g.gid, [field(x) for x in g.fields], slots))
                     where[g.gid] = pred(f.where) if f.where is not None else None
                 routes.append((pred(f.where) if f.where is not None else None, groups))
-            windows.append((w.start_pos, w.tail.cid, w.head.cid if w.head else None, routes))
+            hop = ((w.spec.every_ms, w.spec.align_ms, w.spec.size_ms // w.spec.every_ms)
+                   if w.spec.kind == "hop" else None)
+            windows.append((w.start_pos, w.tail.cid, w.head.cid if w.head else None, routes, hop))
         outs: dict[str, tuple] = {}
         for m in metrics.values():
             if m.d.stream == self.name:

@@ -186,6 +186,38 @@ impl Moments {
         }
     }
 
+    /// Add (`sign` 1) or take back (-1) a whole bucket's partial sums: both are brought to
+    /// the finer scale first, so the result is the same exact sums as event by event.
+    fn merge(&mut self, o: &Moments, sign: i64) {
+        let f = self.f.max(o.f);
+        if f > self.f {
+            self.rescale(f);
+        }
+        let d = f - o.f;
+        let x = [o.s[0].shl(d), o.s[1].shl(2 * d), o.s[2].shl(3 * d)];
+        for (s, x) in self.s.iter_mut().zip(&x) {
+            *s = if sign > 0 { s.add(x) } else { s.sub(x) };
+        }
+        self.n += sign * o.n;
+        for &(k, c) in &o.fx {
+            match self.fx.binary_search_by_key(&k, |p| p.0) {
+                Ok(i) => {
+                    self.fx[i].1 += sign * c;
+                    if self.fx[i].1 == 0 {
+                        self.fx.remove(i);
+                    }
+                }
+                Err(i) => self.fx.insert(i, (k, sign * c)),
+            }
+        }
+        if sign < 0 && self.f > 0 {
+            let f = self.fx.last().map(|p| p.0).unwrap_or(0);
+            if f < self.f {
+                self.rescale(f);
+            }
+        }
+    }
+
     fn remove(&mut self, v: &Val) {
         if let Some(x) = self.lift(v, -1) {
             self.combine(&x, -1);
@@ -303,6 +335,70 @@ impl State {
                     *hits -= 1;
                 }
             }
+        }
+    }
+
+    /// An event joins a calendar bucket's partial: as `add`, except that OLDEST keeps only
+    /// the bucket's first value and MIN/MAX only its best (the earliest of equals, as the
+    /// monotonic deque keeps it), so a closed bucket costs O(1) memory for them.
+    pub fn add_partial(&mut self, v: &Val, ts: i64, pos: u64) {
+        match self {
+            State::Fifo(q) if !q.is_empty() => {}
+            State::Extreme { sign, q } => {
+                if !v.is_numeric() {
+                    return;
+                }
+                let worse = if *sign == 1 { std::cmp::Ordering::Greater } else { std::cmp::Ordering::Less };
+                if q.front().is_none_or(|b| b.1.num_cmp(v) == worse) {
+                    q.clear();
+                    q.push_back((pos, *v));
+                }
+            }
+            _ => self.add(v, ts, pos),
+        }
+    }
+
+    /// A closed bucket's partial `part` enters (`sign` 1) or leaves (-1) the window state.
+    /// Buckets enter and leave in order, so MIN/MAX, OLDEST and RECENT treat each bucket as
+    /// one event at position `bucket` carrying the bucket's best, first or last value.
+    pub fn absorb(&mut self, part: &State, bucket: i64, sign: i64) {
+        let pos = bucket as u64;
+        match (self, part) {
+            (State::Count { n, last_ts }, State::Count { n: nb, last_ts: lb }) => {
+                *n += sign * nb;
+                if sign > 0 && *nb > 0 {
+                    *last_ts = *lb;
+                } else if *n == 0 {
+                    *last_ts = None;
+                }
+            }
+            (State::Moments(m), State::Moments(o)) => m.merge(o, sign),
+            (me @ State::Extreme { .. }, State::Extreme { q, .. })
+            | (me @ State::Fifo(_), State::Fifo(q)) => {
+                if let Some((_, v)) = q.front() {
+                    if sign > 0 { me.add(v, 0, pos) } else { me.remove(v, 0, pos) }
+                }
+            }
+            (State::Distinct(c), State::Distinct(o)) => {
+                for v in o.keys() {
+                    if sign > 0 {
+                        *c.entry(*v).or_insert(0) += 1;
+                    } else if let Some(k) = c.get_mut(v) {
+                        *k -= 1;
+                        if *k == 0 {
+                            c.remove(v);
+                        }
+                    }
+                }
+            }
+            (me @ State::Recent { .. }, State::Recent { n: nb, last }) if *nb > 0 => {
+                if sign > 0 { me.add(last, 0, pos) } else { me.remove(last, 0, pos) }
+            }
+            (State::Ratio { n, hits }, State::Ratio { n: nb, hits: hb }) => {
+                *n += sign * nb;
+                *hits += sign * hb;
+            }
+            _ => {}
         }
     }
 

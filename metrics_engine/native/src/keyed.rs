@@ -2,6 +2,12 @@
 //! per state slot. An entry whose states are all empty after an eviction is freed, so state
 //! does not grow with keys that left every window. Keys are stored canonical (see value.rs),
 //! and snapshots and digests order entries by the canonical key's bytes, never by id.
+//!
+//! A calendar (tumbling/hopping) window's table is `hop`: each entry also holds a ring of
+//! per-bucket partial states. An event goes into its bucket's partial; the window state
+//! takes a bucket in when the bucket closes and gives it back when it leaves, lazily, when
+//! the key is touched or read (`roll`), so a boundary costs nothing for keys nobody touches.
+//! Each insert also rolls one other entry (a slow sweep), so keys that stop coming are freed.
 
 use pyo3::prelude::*;
 use rustc_hash::FxHashMap;
@@ -76,12 +82,84 @@ impl std::borrow::Borrow<[Val]> for Key {
     }
 }
 
+#[derive(Clone)]
+pub struct Bucket {
+    pub idx: i64,
+    pub parts: Vec<Option<State>>,
+}
+
+#[derive(Clone)]
 pub struct Entry {
     pub key: Vec<Val>,
     pub states: Vec<Option<State>>,
+    /// Calendar windows: buckets still holding events, oldest first; the first `absorbed`
+    /// are in `states` (closed, inside the window), the rest are open.
+    pub ring: std::collections::VecDeque<Bucket>,
+    pub absorbed: usize,
 }
 
+/// A calendar window's buckets: `every` wide from `align`; the window is the `m` buckets
+/// before the current one (`b - size <= ts < b`, `size = m * every`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Hop {
+    pub every: i64,
+    pub align: i64,
+    pub m: i64,
+}
+
+impl Hop {
+    pub fn bucket(&self, ts: i64) -> i64 {
+        (ts - self.align).div_euclid(self.every)
+    }
+}
+
+/// Bring an entry's window state to the bucket `b` being the current one: buckets older than
+/// the window leave, closed ones enter. Returns the bucket operations done.
+pub fn roll(e: &mut Entry, kinds: &[Kind], hop: &Hop, b: i64, only: Option<usize>) -> u64 {
+    let mut work = 0;
+    while let Some(front) = e.ring.front() {
+        if front.idx >= b - hop.m {
+            break;
+        }
+        let front = e.ring.pop_front().unwrap();
+        if e.absorbed > 0 {
+            e.absorbed -= 1;
+            for (i, p) in front.parts.iter().enumerate() {
+                if let (Some(p), Some(st)) = (p, e.states[i].as_mut()) {
+                    if only.is_none_or(|o| o == i) {
+                        st.absorb(p, front.idx, -1);
+                    }
+                }
+            }
+        }
+        work += 1;
+    }
+    while e.absorbed < e.ring.len() && e.ring[e.absorbed].idx < b {
+        let bk = &e.ring[e.absorbed];
+        for (i, p) in bk.parts.iter().enumerate() {
+            if let Some(p) = p {
+                if only.is_none_or(|o| o == i) {
+                    e.states[i].get_or_insert_with(|| State::new(kinds[i])).absorb(p, bk.idx, 1);
+                }
+            }
+        }
+        e.absorbed += 1;
+        work += 1;
+    }
+    work
+}
+
+fn entry_dead(e: &Entry) -> bool {
+    e.ring.is_empty() && e.states.iter().all(|s| s.as_ref().is_none_or(|s| s.empty()))
+}
+
+#[derive(Clone)]
 pub struct GroupTable {
+    pub hop: Option<Hop>,
+    /// Bucket operations done by rolls (a debug counter: tests check a boundary costs
+    /// nothing for keys that are not touched).
+    pub rolls: u64,
+    sweep: usize,
     pub sids: Vec<String>,
     pub kinds: Vec<Kind>,
     pub inputs: Vec<Input>,
@@ -96,7 +174,7 @@ const SPARE_MAX: usize = 1024;
 
 impl GroupTable {
     pub fn new() -> GroupTable {
-        GroupTable { sids: vec![], kinds: vec![], inputs: vec![], index: FxHashMap::default(),
+        GroupTable { hop: None, rolls: 0, sweep: 0, sids: vec![], kinds: vec![], inputs: vec![], index: FxHashMap::default(),
                      entries: vec![], free: vec![], spare: vec![],
                      spare_keys: vec![] }
     }
@@ -109,7 +187,10 @@ impl GroupTable {
         if let Some(&id) = self.index.get(key) {
             return id;
         }
-        let mut entry = self.spare.pop().unwrap_or_else(|| Entry { key: vec![], states: vec![] });
+        let mut entry = self.spare.pop().unwrap_or_else(|| Entry {
+            key: vec![], states: vec![], ring: Default::default(), absorbed: 0 });
+        entry.ring.clear();
+        entry.absorbed = 0;
         entry.key.clear();
         entry.key.extend(key.iter().map(|v| v.canonical()));
         entry.states.clear();
@@ -144,6 +225,105 @@ impl GroupTable {
         (&self.kinds, &self.inputs, &mut e.states)
     }
 
+    /// Roll entry `id` to the current bucket `b` (calendar tables); frees it if nothing is
+    /// left. Returns whether it is still live.
+    pub fn roll(&mut self, id: u32, b: i64) -> bool {
+        let Some(hop) = self.hop else { return true };
+        let e = self.entries[id as usize].as_mut().expect("live entry");
+        self.rolls += roll(e, &self.kinds, &hop, b, None);
+        if entry_dead(e) {
+            self.remove(id);
+            return false;
+        }
+        true
+    }
+
+    /// Roll the next live entry after the sweep cursor (one per insert: O(1), and a key
+    /// that stops coming is freed after one pass over the table).
+    pub fn sweep_one(&mut self, b: i64) {
+        let n = self.entries.len();
+        for _ in 0..n.min(4) {
+            self.sweep = if self.sweep + 1 >= n { 0 } else { self.sweep + 1 };
+            if self.entries[self.sweep].is_some() {
+                self.roll(self.sweep as u32, b);
+                return;
+            }
+        }
+    }
+
+    /// An event of key `id` at `ts` joins its bucket's partial (calendar tables; `only`:
+    /// one slot). Events come in time order, except when filling one new slot (`only`),
+    /// whose window state `rebuild` then recomputes.
+    pub fn insert_bucket(&mut self, id: u32, ts: i64, pos: u64, vals: &[(usize, Val)]) {
+        let hop = self.hop.expect("calendar table");
+        let bi = hop.bucket(ts);
+        let n = self.sids.len();
+        let e = self.entries[id as usize].as_mut().expect("live entry");
+        self.rolls += roll(e, &self.kinds, &hop, bi, None); // not freed: the event joins it
+        let at = match e.ring.back() {
+            Some(b) if b.idx == bi => e.ring.len() - 1,
+            Some(b) if b.idx > bi => match e.ring.binary_search_by_key(&bi, |b| b.idx) {
+                Ok(i) => i,
+                Err(i) => {
+                    if i < e.absorbed {
+                        e.absorbed += 1;
+                    }
+                    e.ring.insert(i, Bucket { idx: bi, parts: vec![None; n] });
+                    i
+                }
+            },
+            _ => {
+                e.ring.push_back(Bucket { idx: bi, parts: vec![None; n] });
+                e.ring.len() - 1
+            }
+        };
+        let parts = &mut e.ring[at].parts;
+        for (i, v) in vals {
+            parts[*i].get_or_insert_with(|| State::new(self.kinds[*i])).add_partial(v, ts, pos);
+        }
+    }
+
+    /// Recompute slot `slot`'s window state of every entry from its closed buckets (after
+    /// filling a new slot out of order).
+    pub fn rebuild(&mut self, slot: usize) {
+        for e in self.entries.iter_mut().flatten() {
+            e.states[slot] = None;
+            let absorbed = e.absorbed;
+            e.absorbed = 0;
+            let hop = Hop { every: 1, align: 0, m: i64::MAX / 4 };
+            let upto = if absorbed == 0 { i64::MIN / 2 } else { e.ring[absorbed - 1].idx + 1 };
+            roll(e, &self.kinds, &hop, upto, Some(slot));
+            e.absorbed = absorbed;
+        }
+    }
+
+    /// A copy of slot `slot`'s window state of key `key` as it would be at bucket `b`.
+    pub fn state_at(&self, key: &[Val], slot: usize, b: i64) -> Option<State> {
+        let id = self.find(key)?;
+        let e = self.entry(id);
+        match self.hop {
+            None => e.states[slot].clone(),
+            Some(hop) => {
+                let mut e = e.clone();
+                roll(&mut e, &self.kinds, &hop, b, None);
+                e.states[slot].clone()
+            }
+        }
+    }
+
+    /// This table with every entry rolled to bucket `b` (the logical state, for digests).
+    pub fn rolled_to(&self, b: i64) -> GroupTable {
+        let mut t = self.clone();
+        if t.hop.is_some() {
+            let ids: Vec<u32> = (0..t.entries.len() as u32)
+                .filter(|i| t.entries[*i as usize].is_some()).collect();
+            for id in ids {
+                t.roll(id, b);
+            }
+        }
+        t
+    }
+
     pub fn remove(&mut self, id: u32) {
         if let Some(mut e) = self.entries[id as usize].take() {
             if let Some((k, _)) = self.index.remove_entry(e.key.as_slice()) {
@@ -173,7 +353,11 @@ impl GroupTable {
             if let Some(e) = e {
                 let mut old: Vec<Option<State>> = std::mem::take(&mut e.states);
                 e.states = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
-                if e.states.iter().all(|s| s.is_none()) {
+                for b in e.ring.iter_mut() {
+                    let mut old: Vec<Option<State>> = std::mem::take(&mut b.parts);
+                    b.parts = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
+                }
+                if e.states.iter().all(|s| s.is_none()) && e.ring.is_empty() {
                     dead.push(id as u32);
                 }
             }
@@ -214,18 +398,27 @@ impl GroupTable {
         let entries = self.sorted(py, strings);
         let kept: Vec<_> = entries
             .into_iter()
-            .filter(|(_, e)| !digest || e.states.iter().flatten().any(|s| !s.empty()))
+            .filter(|(_, e)| !digest || !entry_dead(e))
             .collect();
         out.u32(kept.len() as u32);
+        let state = |out: &mut Out, s: &Option<State>| match s {
+            Some(s) if !(digest && s.empty()) => {
+                out.u8(1);
+                s.write(py, out, strings);
+            }
+            _ => out.u8(0),
+        };
         for (k, e) in kept {
             out.buf.extend_from_slice(&k);
             for s in &e.states {
-                match s {
-                    Some(s) if !(digest && s.empty()) => {
-                        out.u8(1);
-                        s.write(py, out, strings);
-                    }
-                    _ => out.u8(0),
+                state(out, s);
+            }
+            out.u32(e.ring.len() as u32);
+            out.u32(e.absorbed as u32);
+            for b in &e.ring {
+                out.i64(b.idx);
+                for s in &b.parts {
+                    state(out, s);
                 }
             }
         }
@@ -252,6 +445,23 @@ impl GroupTable {
                 if let (Some(i), Some(st)) = (slot, st) {
                     self.entry_mut(id).states[*i] = Some(st);
                 }
+            }
+            let nb = inp.u32()? as usize;
+            let absorbed = inp.u32()? as usize;
+            let width = self.sids.len();
+            let e = self.entry_mut(id);
+            e.ring.clear();
+            e.absorbed = absorbed.min(nb);
+            for _ in 0..nb {
+                let idx = inp.i64()?;
+                let mut parts = vec![None; width];
+                for slot in map.iter() {
+                    let st = if inp.u8()? == 1 { Some(State::read(py, inp, strings)?) } else { None };
+                    if let (Some(i), Some(st)) = (slot, st) {
+                        parts[*i] = Some(st);
+                    }
+                }
+                e.ring.push_back(Bucket { idx, parts });
             }
         }
         Ok(())

@@ -12,7 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
 use crate::aggregations::{lower as finalize, Func, Kind, State};
-use crate::keyed::{GroupTable, Input};
+use crate::keyed::{GroupTable, Hop, Input};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::window::{split, Cursor, Spec};
 
@@ -63,6 +63,7 @@ struct Core {
     windows: Vec<Window>,
     tables: Vec<GroupTable>,
     key: Vec<Val>,
+    slot_vals: Vec<(usize, Val)>,
 }
 
 impl Core {
@@ -96,6 +97,21 @@ impl Core {
                 Core::key_of(&mut self.key, row, &g.key_fields);
                 let t = &mut self.tables[g.table];
                 let id = t.find_or_insert(&self.key);
+                if let Some(hop) = t.hop {
+                    // A calendar window: the event joins its bucket; the window takes the
+                    // bucket in when it closes (see keyed.rs).
+                    self.slot_vals.clear();
+                    for (i, inp) in t.inputs.iter().enumerate() {
+                        if only.is_none_or(|(_, s)| s == i) {
+                            self.slot_vals.push((i, Core::input(*inp, row)));
+                        }
+                    }
+                    t.insert_bucket(id, ts, pos, &self.slot_vals);
+                    if only.is_none() {
+                        t.sweep_one(hop.bucket(ts));
+                    }
+                    continue;
+                }
                 let (kinds, inputs, states) = t.slots_mut(id);
                 for (i, st) in states.iter_mut().enumerate() {
                     if only.is_some_and(|(_, s)| s != i) {
@@ -106,6 +122,18 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// The entry of `self.key` in `table` as of time `t` (a calendar table rolls it first).
+    fn read(&mut self, table: usize, t: i64) -> Option<&crate::keyed::Entry> {
+        let tb = &mut self.tables[table];
+        let id = tb.find(&self.key)?;
+        if let Some(hop) = tb.hop {
+            if !tb.roll(id, hop.bucket(t)) {
+                return None;
+            }
+        }
+        Some(tb.entry(id))
     }
 
     fn evict(&mut self, w: usize, row: &Row, ts: i64, pos: u64) -> Result<(), String> {
@@ -310,6 +338,24 @@ impl StreamCore {
             return Ok(());
         }
         let res = self.res.clone_ref(py).into_bound(py);
+        if self.cursors[ci].inserts.is_empty() && self.cursors[ci].evicts.is_empty() {
+            // Feeds no window (a calendar window's head): only its position matters, so
+            // read the times alone, without lowering the events.
+            while self.cursors[ci].pos < end {
+                let c = &mut self.cursors[ci];
+                c.position(py, &res)?;
+                let ts = match self.lowered.get(&c.k) {
+                    Some(lw) if lw.ts.len() > c.idx => lw.ts[c.idx],
+                    _ => split(&c.events.as_ref().unwrap().bind(py).get_item(c.idx)?)?.0,
+                };
+                if ts > lim {
+                    break;
+                }
+                c.pos += 1;
+                c.idx += 1;
+            }
+            return Ok(());
+        }
         let width = self.fields.len();
         let pwidth = self.preds.len();
         while self.cursors[ci].pos < end {
@@ -406,7 +452,7 @@ fn presized_dict(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyDict>> {
 type SlotSpec = (String, String, i64, String, i64);
 type GroupSpec = (String, Vec<usize>, Vec<SlotSpec>);
 type RouteSpec = (Option<usize>, Vec<GroupSpec>);
-type WindowSpec = (u64, i64, Option<i64>, Vec<RouteSpec>);
+type WindowSpec = (u64, i64, Option<i64>, Vec<RouteSpec>, Option<(i64, i64, i64)>);
 type OutputSpec = (String, Vec<usize>, usize, Option<usize>, Vec<(Py<PyString>, usize, String)>);
 
 #[pymethods]
@@ -418,7 +464,8 @@ impl StreamCore {
         Ok(StreamCore {
             res, chunks, input_error, invariant, fields: vec![], preds: vec![], cursors: vec![],
             order: vec![], outputs: vec![],
-            core: Core { windows: vec![], tables: vec![], key: vec![] }, gids: vec![],
+            core: Core { windows: vec![], tables: vec![], key: vec![], slot_vals: vec![] },
+            gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
         })
@@ -442,12 +489,17 @@ impl StreamCore {
         let mut index: FxHashMap<String, usize> = FxHashMap::default();
         let mut tables: Vec<GroupTable> = vec![];
         let mut wins = vec![];
-        for (wi, (start_pos, tail, head, routes)) in windows.into_iter().enumerate() {
+        for (wi, (start_pos, tail, head, routes, hop)) in windows.into_iter().enumerate() {
             let tail = self.cursor_index(tail)?;
             let head = head.map(|h| self.cursor_index(h)).transpose()?;
+            let hop = hop.map(|(every, align, m)| Hop { every, align, m });
             self.cursors[tail].inserts.push(wi);
             if let Some(h) = head {
-                self.cursors[h].evicts.push(wi);
+                // A calendar window's head only keeps the reservoir from being trimmed
+                // below the window (backfill reads it); buckets evict natively.
+                if hop.is_none() {
+                    self.cursors[h].evicts.push(wi);
+                }
             }
             let mut rs = vec![];
             for (pred, groups) in routes {
@@ -468,6 +520,7 @@ impl StreamCore {
                         ss.push((sid, Kind::parse(&kind, arg)?, inp));
                     }
                     tables[ti].set_slots(ss);
+                    tables[ti].hop = hop;
                     gs.push(GroupRoute { table: ti, key_fields });
                 }
                 rs.push(Route { pred, groups: gs });
@@ -502,8 +555,7 @@ impl StreamCore {
         let out = presized_dict(py, self.outputs.iter().map(|o| o.metrics.len()).sum())?;
         for o in &self.outputs {
             Core::key_of(&mut self.core.key, &self.cur, &o.key_fields);
-            let t = &self.core.tables[o.table];
-            let entry = t.find(&self.core.key).map(|id| t.entry(id));
+            let entry = self.core.read(o.table, ts);
             for (name, slot, func) in &o.metrics {
                 let st = entry.and_then(|e| e.states[*slot].as_ref());
                 out.set_item(name.bind(py), finalize(py, *func, st, ts, &self.strings))?;
@@ -586,8 +638,7 @@ impl StreamCore {
             let mut c = 0;
             for o in &self.outputs {
                 Core::key_of(&mut self.core.key, &self.cur, &o.key_fields);
-                let tb = &self.core.tables[o.table];
-                let entry = tb.find(&self.core.key).map(|id| tb.entry(id));
+                let entry = self.core.read(o.table, t);
                 for (_, slot, func) in &o.metrics {
                     let st = entry.and_then(|e| e.states[*slot].as_ref());
                     out_cols[c].push(finalize(py, *func, st, t, &self.strings));
@@ -635,7 +686,18 @@ impl StreamCore {
             me.lower_into(py, ev, false)?;
             me.core.insert(window, &me.tmp, ts, pos, only);
             Ok(true)
-        })
+        })?;
+        if let Some((t, s)) = only {
+            if self.core.tables[t].hop.is_some() {
+                self.core.tables[t].rebuild(s);
+            }
+        }
+        Ok(())
+    }
+
+    /// Bucket operations the calendar windows' rolls have done (a debug counter for tests).
+    fn roll_work(&self) -> u64 {
+        self.core.tables.iter().map(|t| t.rolls).sum()
     }
 
     fn seek(&mut self, py: Python<'_>, cursor: i64, pos: u64) -> PyResult<()> {
@@ -674,6 +736,11 @@ impl StreamCore {
         };
         let t = &self.core.tables[table];
         let (kind, inp) = (t.kinds[slot], t.inputs[slot]);
+        if let Some(hop) = t.hop {
+            // Every ingested event is in a bucket already: roll a copy to `ts`.
+            let st = t.state_at(&want, slot, hop.bucket(ts));
+            return Ok(finalize(py, func, st.as_ref(), ts, &self.strings));
+        }
         let mut st = t.find(&want).and_then(|id| t.entry(id).states[slot].clone())
             .unwrap_or_else(|| State::new(kind));
         let (start_pos, tail, head) = {
@@ -714,16 +781,25 @@ impl StreamCore {
     /// Every table's state as bytes, ordered by gid and canonical key (`digest`: only what
     /// the logical state holds, for hashing).
     #[pyo3(signature = (digest=false))]
-    fn dump<'py>(&self, py: Python<'py>, digest: bool) -> Bound<'py, PyBytes> {
+    fn dump<'py>(&self, py: Python<'py>, digest: bool) -> PyResult<Bound<'py, PyBytes>> {
+        // The digest hashes calendar windows as of the last event (rolled copies), so it
+        // does not depend on which keys happened to be rolled lazily.
+        let last: Option<i64> = self.res.bind(py).getattr("last_ts")?.extract()?;
         let mut out = Out::default();
         let mut order: Vec<usize> = (0..self.gids.len()).collect();
         order.sort_by(|a, b| self.gids[*a].cmp(&self.gids[*b]));
         out.u32(order.len() as u32);
         for i in order {
             out.bytes(self.gids[i].as_bytes());
-            self.core.tables[i].write(py, &mut out, &self.strings, digest);
+            let t = &self.core.tables[i];
+            match (digest, t.hop, last) {
+                (true, Some(hop), Some(l)) => {
+                    t.rolled_to(hop.bucket(l)).write(py, &mut out, &self.strings, digest)
+                }
+                _ => t.write(py, &mut out, &self.strings, digest),
+            }
         }
-        PyBytes::new(py, &out.buf)
+        Ok(PyBytes::new(py, &out.buf))
     }
 
     /// Load what `dump` wrote into the tables of the current plan (matched by gid and sid).
