@@ -263,8 +263,12 @@ def ensure_cluster() -> bool:
                             capture_output=True, text=True)
     if status.returncode == 0 and "healthy" in status.stdout and "down" not in status.stdout:
         return False
-    subprocess.run([sys.executable, "-m", "infra", "up"], cwd=ROOT, check=True)
-    return True
+    up = subprocess.run([sys.executable, "-m", "infra", "up"], cwd=ROOT, check=True,
+                        capture_output=True, text=True)
+    print(up.stdout, end="")
+    # A status read while another user restarts a server looks "down"; ``up`` then keeps the
+    # servers already running, and stopping them afterwards would take a shared cluster away.
+    return ": kept" not in up.stdout
 
 
 def main(argv: list[str] | None = None) -> int:
