@@ -57,7 +57,7 @@ def test_a_boundary_rolls_only_the_keys_that_are_touched(tmp_path):
     before = _work(eng)
     out = eng.ingest("payments", {"card": "c7", "amount": 1, "merchant": "m"}, T0 + DAY)
     assert out == {"n": 1, "s": 7, "mn": 7, "dm": 1}
-    assert _work(eng) - before <= 2  # c7's closed bucket, one swept key's
+    assert _work(eng) - before <= 2  # c7's closed bucket, at most one swept key's
     # Reading another key rolls that key alone.
     before = _work(eng)
     assert eng.query("n", "c9", T0 + DAY + 1) == 1
@@ -75,7 +75,7 @@ def test_keys_that_stop_coming_are_freed_by_the_sweep(tmp_path):
         eng.ingest("payments", {"card": f"c{i}"}, T0 + i)
     core = eng._plan.streams["payments"].core
     assert core.key_count() == 50
-    for j in range(200):  # two days later, one key only: the sweep passes every old key
+    for j in range(1000):  # two days later, one key only: the sweep passes every old key
         eng.ingest("payments", {"card": "z"}, T0 + 2 * DAY + j)
     assert core.key_count() == 1
     eng.close()

@@ -98,7 +98,9 @@ pub struct Moments {
 #[derive(Clone, Debug)]
 pub enum State {
     Count { n: i64, last_ts: Option<i64> },
-    Moments(Moments),
+    // Boxed: power sums are several times larger than any other state, and calendar
+    // windows keep a vector of states per key and bucket.
+    Moments(Box<Moments>),
     Extreme { sign: i8, q: VecDeque<(u64, Val)> },
     Distinct(FxHashMap<Val, u32>),
     Fifo(VecDeque<(u64, Val)>),
@@ -235,7 +237,7 @@ impl State {
     pub fn new(kind: Kind) -> State {
         match kind {
             Kind::Count => State::Count { n: 0, last_ts: None },
-            Kind::Moments(o) => State::Moments(Moments::new(o)),
+            Kind::Moments(o) => State::Moments(Box::new(Moments::new(o))),
             Kind::Extreme(sign) => State::Extreme { sign, q: VecDeque::new() },
             Kind::Distinct => State::Distinct(FxHashMap::default()),
             Kind::Fifo => State::Fifo(VecDeque::new()),
@@ -498,7 +500,7 @@ impl State {
                 }
                 let s = [Num::from_bytes(inp.bytes()?), Num::from_bytes(inp.bytes()?),
                          Num::from_bytes(inp.bytes()?)];
-                State::Moments(Moments { order, n, f, fx, s })
+                State::Moments(Box::new(Moments { order, n, f, fx, s }))
             }
             2 => {
                 let sign = inp.u8()? as i8;

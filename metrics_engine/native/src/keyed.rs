@@ -160,6 +160,7 @@ pub struct GroupTable {
     /// nothing for keys that are not touched).
     pub rolls: u64,
     sweep: usize,
+    sweep_tick: u32,
     pub sids: Vec<String>,
     pub kinds: Vec<Kind>,
     pub inputs: Vec<Input>,
@@ -171,10 +172,12 @@ pub struct GroupTable {
 }
 
 const SPARE_MAX: usize = 1024;
+/// Inserts per swept entry (each sweep step touches a cold entry: a cache miss).
+const SWEEP_EVERY: u32 = 8;
 
 impl GroupTable {
     pub fn new() -> GroupTable {
-        GroupTable { hop: None, rolls: 0, sweep: 0, sids: vec![], kinds: vec![], inputs: vec![], index: FxHashMap::default(),
+        GroupTable { hop: None, rolls: 0, sweep: 0, sweep_tick: 0, sids: vec![], kinds: vec![], inputs: vec![], index: FxHashMap::default(),
                      entries: vec![], free: vec![], spare: vec![],
                      spare_keys: vec![] }
     }
@@ -238,9 +241,13 @@ impl GroupTable {
         true
     }
 
-    /// Roll the next live entry after the sweep cursor (one per insert: O(1), and a key
-    /// that stops coming is freed after one pass over the table).
+    /// Every `SWEEP_EVERY` inserts, roll the next live entry after the sweep cursor: O(1),
+    /// and a key that stops coming is freed after one pass over the table.
     pub fn sweep_one(&mut self, b: i64) {
+        self.sweep_tick = self.sweep_tick.wrapping_add(1);
+        if self.sweep_tick % SWEEP_EVERY != 0 {
+            return;
+        }
         let n = self.entries.len();
         for _ in 0..n.min(4) {
             self.sweep = if self.sweep + 1 >= n { 0 } else { self.sweep + 1 };
