@@ -345,7 +345,12 @@ impl State {
     /// monotonic deque keeps it), so a closed bucket costs O(1) memory for them.
     pub fn add_partial(&mut self, v: &Val, ts: i64, pos: u64) {
         match self {
-            State::Fifo(q) if !q.is_empty() => {}
+            State::Fifo(q) => {
+                if q.is_empty() && !v.is_null() {
+                    q.reserve_exact(1); // one value per bucket: no room for four
+                    q.push_back((pos, *v));
+                }
+            }
             State::Extreme { sign, q } => {
                 if !v.is_numeric() {
                     return;

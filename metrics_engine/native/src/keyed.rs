@@ -280,6 +280,9 @@ impl GroupTable {
                 }
             },
             _ => {
+                if e.ring.capacity() == 0 {
+                    e.ring.reserve_exact(1); // most keys of a large table live one bucket
+                }
                 e.ring.push_back(Bucket { idx: bi, parts: vec![None; n] });
                 e.ring.len() - 1
             }
