@@ -18,6 +18,9 @@ use crate::window::{split, Cursor, Spec};
 
 /// Lowered chunks kept for cursors (a bound on memory, independent of window length).
 const LOWERED_CHUNKS_MAX: usize = 256;
+/// Events a cursor feeding no window passes per call (more than the one event a call adds,
+/// so it catches up).
+const IDLE_STEP_MAX: u32 = 64;
 
 /// A chunk's events as lowered rows (row-major, `fields` values and `preds` flags each).
 #[derive(Default)]
@@ -340,8 +343,13 @@ impl StreamCore {
         let res = self.res.clone_ref(py).into_bound(py);
         if self.cursors[ci].inserts.is_empty() && self.cursors[ci].evicts.is_empty() {
             // Feeds no window (a calendar window's head): only its position matters, so
-            // read the times alone, without lowering the events.
-            while self.cursors[ci].pos < end {
+            // read the times alone, without lowering the events, and at most
+            // `IDLE_STEP_MAX` a call, so the day a window lets go of is passed over many
+            // events, not at midnight. A lagging head only keeps more of the reservoir (and
+            // a backfill reading from it fills buckets that the next roll drops).
+            let mut budget = IDLE_STEP_MAX;
+            while self.cursors[ci].pos < end && budget > 0 {
+                budget -= 1;
                 let c = &mut self.cursors[ci];
                 c.position(py, &res)?;
                 let ts = match self.lowered.get(&c.k) {
