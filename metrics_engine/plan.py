@@ -7,6 +7,10 @@ and ``RANGE 5 MINUTES EXCLUDING CURRENT`` share a head). A window holds filters,
 holds group-bys, a group-by holds states, a state serves metrics: adding a metric adds only
 the nodes that do not exist yet, and fills new ones from the events already in the window
 (``backfill``). Cursors advance in an order where each window's tail runs before its head.
+Calendar windows (``TUMBLING``/``HOPPING``) share that current-event tail too: the native core
+puts each event into its key's open bucket and rolls closed buckets into and out of the window
+lazily, per key, when the key is touched or read (keyed.rs); their head evicts nothing and
+only holds the reservoir back to the window's start, for backfills.
 
 The caller (engine.py or offline.py) owns the reservoirs and the state store and must call
 ``ingest`` with non-decreasing ``ts`` (it clamps; see Engine.ingest).
