@@ -9,6 +9,7 @@ Callers:
 - :func:`validate` lists every :class:`Problem`; :func:`compile_version` raises
   :class:`WorkflowInvalid` or returns a :class:`CompiledWorkflow` (criteria compiled once);
 - :func:`step` walks one node, :func:`advance` walks until a decision or outside work;
+  :func:`advance_batch` is the same walk over columns of many events (the backtest's);
   a criterion failing at runtime counts as false and its error is kept in the trace;
 - :class:`WorkflowStore` keeps drafts and immutable versions (publish, rollback, diff).
 ``python -m workflows schema`` rewrites the JSON Schema; ``workflows/CEL.md`` explains the CEL
@@ -16,6 +17,7 @@ library choice; ``bench/workflows_step.py`` measures criteria and steps.
 Imports nothing else of Railflow.
 """
 
+from workflows.batch import BatchColumns, BatchWalk, advance_batch
 from workflows.compiled import CompiledWorkflow, Decision, compile_version
 from workflows.criteria import CompiledCriterion, CriterionError, compile_criterion
 from workflows.diff import WorkflowDiff, diff
@@ -57,11 +59,12 @@ from workflows.validate import validate
 from workflows.versions import PublishedVersion, WorkflowStore
 
 __all__ = [
-    "AppNode", "CompiledCriterion", "CompiledWorkflow", "CriterionError", "Decision",
-    "DecisionAction", "DecisionNode", "Edge", "EdgeTrial", "EventNode", "InvariantViolation",
-    "Node", "ORDER_EVENT_SCHEMA", "OUTSIDE_KINDS", "OutsideWork", "Problem", "PublishedVersion",
-    "ReviewQueueNode", "ScoreNode", "StepContext", "StepResult", "UnknownNode", "UnknownVersion",
-    "WEBHOOK_SENT", "Walk", "WebhookNode", "Workflow", "WorkflowDiff", "WorkflowInvalid",
-    "WorkflowStore", "advance", "compile_criterion", "compile_version", "default_event_schema",
-    "diff", "step", "step_default", "timed_out", "validate", "workflow_json_schema",
+    "AppNode", "BatchColumns", "BatchWalk", "CompiledCriterion", "CompiledWorkflow",
+    "CriterionError", "Decision", "DecisionAction", "DecisionNode", "Edge", "EdgeTrial",
+    "EventNode", "InvariantViolation", "Node", "ORDER_EVENT_SCHEMA", "OUTSIDE_KINDS",
+    "OutsideWork", "Problem", "PublishedVersion", "ReviewQueueNode", "ScoreNode", "StepContext",
+    "StepResult", "UnknownNode", "UnknownVersion", "WEBHOOK_SENT", "Walk", "WebhookNode",
+    "Workflow", "WorkflowDiff", "WorkflowInvalid", "WorkflowStore", "advance", "advance_batch",
+    "compile_criterion", "compile_version", "default_event_schema", "diff", "step", "step_default",
+    "timed_out", "validate", "workflow_json_schema",
 ]
