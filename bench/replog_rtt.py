@@ -188,8 +188,10 @@ def ensure_cluster() -> bool:
     rows = [r for r in cluster.status(probe=True) if r.server in names]
     if rows and all(r.healthy for r in rows):
         return False
-    cluster.up(names, log=lambda *a, **k: None)
-    return True
+    reports = cluster.up(names, log=lambda *a, **k: None)
+    # A status probe during someone else's restart can look down while ``up`` keeps the
+    # servers: stopping them afterwards would take a shared cluster away.
+    return all(r.action == "started" for r in reports)
 
 
 def main() -> int:
