@@ -202,7 +202,7 @@ def bench_backtest(report: Report, spark, size, repeats: int, work: Path) -> Non
     df = point_in_time(spark.read.parquet(str(source)), definitions("w3"))
     jobs.add_scores(df, "runner.scoring:demo_score", "payment_abuse").write.parquet(str(history))
     orders = spark.read.parquet(str(history)).count()
-    walker_note = "spark + runner walk (memoized workflows.step)"
+    walker_note = "spark + production walk (workflows.advance_batch)"
     spark_s, duck_s = [], []
     summary = None
     for _ in range(repeats):

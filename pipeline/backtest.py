@@ -8,10 +8,11 @@ reaches a score absent from history stops as ``missing_score``, a run that reach
 review whose answer history does not hold stops as ``needs_app_answer``. A webhook is never
 waited for, as in production: its node reads ``status_code`` 0 unless history holds one.
 
-Each event is walked with :func:`workflows.advance`, the one walk the runner's apply uses too
-(through :class:`pipeline.walk.Walker`, which answers built-in scorers as apply does and
-remembers each pure step by the values its node reads), so the backtest takes exactly the edges
-the runner would. Rows are independent: Spark walks each input partition in its own task,
+Each partition's events are walked with :func:`workflows.advance_batch`, the walk of
+:func:`workflows.advance` (the one the runner's apply uses) over Arrow columns, held to it row
+for row by ``tests/workflows/test_batch.py``; built-in scorers are answered as apply does
+(:func:`pipeline.walk.walk_columns`), so the backtest takes exactly the edges the runner would.
+Rows are independent: Spark walks each input partition in its own task,
 across every core. Optionally a ``base`` version (e.g. the published one) is walked for the
 same event in the same pass, and the summary says how many orders change decision and to what.
 Callers: :func:`backtest` returns the per-event DataFrame; :func:`summarize` turns it into a
@@ -30,8 +31,16 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pipeline.ordering import SEQ, InvariantViolation
-from pipeline.walk import DECIDED, MISSING_SCORE, NEEDS_APP_ANSWER, PATH_SEP, Outcome, Walker
-from workflows import CompiledWorkflow, Workflow, compile_version
+from pipeline.walk import (
+    DECIDED,
+    MISSING_SCORE,
+    NEEDS_APP_ANSWER,
+    PATH_SEP,
+    Outcome,
+    Walker,
+    walk_columns,
+)
+from workflows import BatchColumns, CompiledWorkflow, Workflow, compile_version
 
 __all__ = ["DECIDED", "MISSING_SCORE", "NEEDS_APP_ANSWER", "Outcome", "VersionRef", "backtest",
            "compile_ref", "summarize", "walk", "write_tables"]
@@ -72,12 +81,6 @@ def _compiled(ref: VersionRef, known_metrics: tuple[str, ...] | None) -> Compile
 def compile_ref(ref: VersionRef) -> CompiledWorkflow:
     """Compile once per process (each Spark worker caches its own)."""
     return _compiled(ref, None)
-
-
-@functools.lru_cache(maxsize=8)
-def _walker(ref: VersionRef) -> Walker:
-    """One walker per version and process: its memo serves every partition the worker runs."""
-    return Walker(compile_ref(ref))
 
 
 def walk(version: CompiledWorkflow, event: dict, metrics: dict, scores: dict,
@@ -162,38 +165,30 @@ def _outputs_of(node) -> list[str]:
 
 def _partition(batches: Iterator[pa.RecordBatch], refs: tuple[VersionRef, ...],
                cols: _Columns) -> Iterator[pa.RecordBatch]:
-    walkers = [_walker(r) for r in refs]
-    prefixes = ("", "base_")[: len(walkers)]
+    versions = [compile_ref(r) for r in refs]
+    prefixes = ("", "base_")[: len(versions)]
     for batch in batches:
         rows = batch.num_rows
 
-        def column(name: str, batch: pa.RecordBatch = batch) -> list:
-            return batch.column(batch.schema.get_field_index(name)).to_pylist()
+        def column(name: str, batch: pa.RecordBatch = batch) -> pa.Array:
+            return batch.column(batch.schema.get_field_index(name))
 
-        event_cols = [(c, column(c)) for c in cols.event]
-        metric_cols = [(m, column(m)) for m in cols.metrics]
-        score_cols = [(s, column(c)) for s, c in cols.scores]
-        app_cols = [(n, o, column(c)) for n, o, c in cols.apps]
-        outcomes: list[list[Outcome]] = [[] for _ in walkers]
-        for i in range(rows):
-            event = {c: vals[i] for c, vals in event_cols if vals[i] is not None}
-            metrics = {m: vals[i] for m, vals in metric_cols if vals[i] is not None}
-            scores = {s: vals[i] for s, vals in score_cols if vals[i] is not None}
-            apps: dict[str, dict] = {}
-            for node_id, output, vals in app_cols:
-                if vals[i] is not None:
-                    apps.setdefault(node_id, {})[output] = vals[i]
-            for out, walker in zip(outcomes, walkers, strict=True):
-                out.append(walker.walk(event, metrics, scores, apps))
-        data: dict[str, list] = {"seq": column(SEQ),
-                                 "event_id": column("event_id") if "event_id" in
-                                 batch.schema.names else [None] * rows}
-        for prefix, out in zip(prefixes, outcomes, strict=False):
+        apps: dict[str, dict[str, pa.Array]] = {}
+        for node_id, output, c in cols.apps:
+            apps.setdefault(node_id, {})[output] = column(c)
+        columns = BatchColumns(rows, event={c: column(c) for c in cols.event},
+                               scores={s: column(c) for s, c in cols.scores},
+                               metrics={m: column(m) for m in cols.metrics}, apps=apps)
+        data: dict[str, pa.Array] = {
+            "seq": column(SEQ),
+            "event_id": column("event_id").cast(pa.string()) if "event_id" in
+            batch.schema.names else pa.nulls(rows, pa.string())}
+        for prefix, version in zip(prefixes, versions, strict=False):
+            for f, values in walk_columns(version, columns).items():
+                data[prefix + f] = values
+        if len(versions) == 1:
             for f in _RESULT_FIELDS:
-                data[prefix + f] = [getattr(o, f) for o in out]
-        if len(walkers) == 1:
-            for f in _RESULT_FIELDS:
-                data["base_" + f] = [None] * rows
+                data["base_" + f] = pa.nulls(rows, pa.string())
         yield pa.RecordBatch.from_pydict(data, schema=_arrow_schema())
 
 

@@ -20,9 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 import workflows
 from runner.state import flows
-from workflows import CompiledWorkflow, StepContext, StepResult
+from workflows import BatchColumns, CompiledWorkflow, StepContext, StepResult
 from workflows.activation import WHOLE
 from workflows.errors import InvariantViolation
 
@@ -139,3 +142,43 @@ class Walker:
                 else NEEDS_APP_ANSWER
             return Outcome(status, None, None, PATH_SEP.join(nodes), node, PATH_SEP.join(edges))
         raise InvariantViolation(f"walk exceeded {steps_per_walk_max} rounds")
+
+
+def _builtin_answer(work, contexts: list[dict]) -> list[dict] | None:
+    """Apply's inline answer for a built-in scorer; other outside work waits."""
+    if not flows.is_builtin_scorer(work):
+        return None
+    return [flows.builtin_result(work, ctx["event"]) for ctx in contexts]
+
+
+def walk_columns(version: CompiledWorkflow, columns: BatchColumns) -> dict[str, pa.Array]:
+    """:meth:`Walker.walk` for a whole batch through :func:`workflows.advance_batch`: the same
+    outcome per row, as string columns named like :class:`Outcome`'s fields."""
+    bw = workflows.advance_batch(version, columns, answer=_builtin_answer)
+    node_ids = bw.node_ids
+    per_node_status, per_node_action, per_node_decision, per_node_waiting = [], [], [], []
+    for nid in node_ids:
+        node = version.nodes[nid]
+        if node.decision is not None:
+            per_node_status.append(DECIDED)
+            per_node_action.append(node.decision.action)
+            per_node_decision.append(nid)
+            per_node_waiting.append(None)
+        else:
+            out = node.outside
+            per_node_status.append(MISSING_SCORE if out is not None and out.kind == "score"
+                                   else NEEDS_APP_ANSWER)
+            per_node_action.append(None)
+            per_node_decision.append(None)
+            per_node_waiting.append(nid)
+    paths = [PATH_SEP.join(nodes) for nodes, _ in bw.paths]
+    edges = [PATH_SEP.join(e) for _, e in bw.paths]
+    stop = pa.array(bw.stop.astype(np.int32))
+    pid = pa.array(bw.path.astype(np.int32))
+
+    def take(values: list, index: pa.Array) -> pa.Array:
+        return pa.array(values, pa.string()).take(index)
+
+    return {"status": take(per_node_status, stop), "action": take(per_node_action, stop),
+            "decision_node": take(per_node_decision, stop), "path": take(paths, pid),
+            "waiting_node": take(per_node_waiting, stop), "edges": take(edges, pid)}
