@@ -4,6 +4,7 @@ import queue
 import uuid
 
 import pytest
+from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, SessionExpiredError
 
 from infra import endpoints
@@ -79,7 +80,7 @@ def test_an_expired_session_rejoins_and_leads_with_a_new_znode():
         a.stop()
 
 
-def test_joins_failing_after_a_lost_session_are_retried_until_one_works():
+def test_joins_failing_after_a_lost_session_are_retried_until_one_works(monkeypatch):
     """The soak's failure: after ZooKeeper came back, the first joins of a node whose session
     was lost failed (ConnectionLoss, SessionExpired while the server settles) and the node
     never joined again. Here the session is ended from outside and the next creates fail the
@@ -91,15 +92,16 @@ def test_joins_failing_after_a_lost_session_are_retried_until_one_works():
     a.start("a", "http://a", events.put)
     try:
         first = _next(events, Elected)
-        real_create = a._zk.create
+        real_create = KazooClient.create
         failures = [ConnectionLoss(), SessionExpiredError(), ConnectionLoss()]
 
-        def flaky_create(*args, **kwargs):
-            if failures:
+        def flaky_create(client, node_path, *args, **kwargs):
+            # on the class: a client the keeper makes in place of a stuck one fails alike
+            if failures and node_path.startswith(path):
                 raise failures.pop(0)
-            return real_create(*args, **kwargs)
+            return real_create(client, node_path, *args, **kwargs)
 
-        a._zk.create = flaky_create
+        monkeypatch.setattr(KazooClient, "create", flaky_create)
         expire_session(a._zk, endpoints.ZOOKEEPER)
         for _ in range(3):
             a.resign()  # must not raise, whatever state the session is in
