@@ -9,6 +9,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.workflows.test_random_dags import _node
 from workflows import BatchColumns, Workflow, advance, advance_batch, compile_version
 
 from .builders import edge
@@ -23,17 +24,6 @@ EVENT_CRITERIA = [
     "event.is_fraud", "event.is_fraud == false", "has(event.ip)", "size(event.country) > 2",
     "event.amount > {i} ? true : false", "event.amount > {i} || event.is_fraud",
 ]
-
-
-def _node(kind, nid):
-    if kind == "score":
-        return {"kind": "score", "id": nid, "scores": [f"s_{nid}"]}
-    if kind == "app":
-        return {"kind": "app", "id": nid, "app": "a", "timeout_ms": 50,
-                "outputs": {"flag": "bool", "level": "int"}}
-    if kind == "review_queue":
-        return {"kind": "review_queue", "id": nid, "queue": "q", "time_limit_ms": 1000}
-    return {"kind": "webhook", "id": nid, "url": "https://hooks.test/x", "secret_ref": "k"}
 
 
 def _own(kind, nid, i):
