@@ -52,7 +52,9 @@ changes_in_summary_max = 100
 samples_in_summary_max = 20
 walk_shapes_max = 100_000  # distinct (outcome, base outcome) rows the summary collects
 
-_RESULT_FIELDS = ("status", "action", "decision_node", "path", "waiting_node", "edges")
+# uncompiled: nodes where the row was stepped one at a time (criteria not run on columns)
+_RESULT_FIELDS = ("status", "action", "decision_node", "path", "waiting_node", "edges",
+                  "uncompiled")
 OUTPUT_SCHEMA = ", ".join(
     ["seq long", "event_id string"]
     + [f"{f} string" for f in _RESULT_FIELDS]
@@ -236,13 +238,15 @@ def _edge_nodes(workflow: Workflow) -> dict[str, str]:
 
 def summarize(outcomes: DataFrame, compare: bool, workflow: Workflow | None = None,
               version: int = 0, base_version: int | None = None) -> dict:
-    """Decisions by action and by path, hits per edge and, with ``compare``, the changes
-    against the base with sample changed orders.
+    """Decisions by action and by path, hits per edge, the nodes walked one row at a time
+    (``uncompiled``) and, with ``compare``, the changes against the base with sample changed
+    orders.
 
     One aggregation over the outcomes (rows grouped by their walk's shape) feeds every count;
     a second query takes the sample changed orders. ``console`` has the shape of the console's
     ``BacktestPublic`` (``runs``, ``changed``, ``matrix``, ``hits``, ``samples``)."""
-    cols = ["status", "action", "path", "edges", "base_status", "base_action", "base_path"]
+    cols = ["status", "action", "path", "edges", "uncompiled", "base_status", "base_action",
+            "base_path", "base_uncompiled"]
     shapes = outcomes.groupBy(*cols).count().limit(walk_shapes_max + 1).collect()
     if len(shapes) > walk_shapes_max:
         raise InvariantViolation(f"more than {walk_shapes_max} distinct walks to summarize")
@@ -251,8 +255,13 @@ def summarize(outcomes: DataFrame, compare: bool, workflow: Workflow | None = No
     hits: dict[str, int] = {}
     matrix: dict[tuple, int] = {}
     path_changed = 0
+    uncompiled: dict[tuple[str, str], int] = {}  # (which version, node id) -> rows
     for r in shapes:
         n = r["count"]
+        for which, nodes in (("version", r.uncompiled), ("base", r.base_uncompiled)):
+            for nid in (nodes or "").split(PATH_SEP):
+                if nid:
+                    uncompiled[(which, nid)] = uncompiled.get((which, nid), 0) + n
         k = f"{r.status}:{r.action}" if r.action else r.status
         by_action[k] = by_action.get(k, 0) + n
         pk = (r.path, r.status, r.action)
@@ -274,6 +283,11 @@ def summarize(outcomes: DataFrame, compare: bool, workflow: Workflow | None = No
                     [:paths_in_summary_max]],
         "hits": [{"node_id": edge_nodes.get(e), "edge_id": e, "runs": c}
                  for e, c in sorted(hits.items())],
+        # nodes whose criteria the column walk could not evaluate on columns, with the runs
+        # stepped there one at a time (workflows.BatchWalk.uncompiled): empty when every
+        # criterion ran on columns; a long list here is why a backtest runs slowly
+        "uncompiled": [{"version": w, "node_id": nid, "runs": c}
+                       for (w, nid), c in sorted(uncompiled.items())],
     }
     if compare:
         changes = sorted(((b, a, c) for (b, a), c in matrix.items() if a != b),
@@ -310,7 +324,8 @@ def summarize(outcomes: DataFrame, compare: bool, workflow: Workflow | None = No
 
 def write_tables(summary: dict, out_dir: str) -> list[str]:
     """The summary's tables as Parquet files under ``out_dir`` (local paths or any fsspec
-    URL pyarrow can write): by_action, by_path, hits and, when compared, changes, samples."""
+    URL pyarrow can write): by_action, by_path, hits, uncompiled and, when compared,
+    changes, samples."""
     import pyarrow.parquet as pq
     from pyarrow import fs as pafs
 
@@ -326,6 +341,8 @@ def write_tables(summary: dict, out_dir: str) -> list[str]:
              ("count", pa.int64())])),
         "hits": pa.Table.from_pylist(summary["hits"], schema=pa.schema(
             [("node_id", pa.string()), ("edge_id", pa.string()), ("runs", pa.int64())])),
+        "uncompiled": pa.Table.from_pylist(summary["uncompiled"], schema=pa.schema(
+            [("version", pa.string()), ("node_id", pa.string()), ("runs", pa.int64())])),
     }
     if "compare" in summary:
         tables["changes"] = pa.Table.from_pylist(summary["compare"]["changes"], schema=pa.schema(

@@ -153,7 +153,9 @@ def _builtin_answer(work, contexts: list[dict]) -> list[dict] | None:
 
 def walk_columns(version: CompiledWorkflow, columns: BatchColumns) -> dict[str, pa.Array]:
     """:meth:`Walker.walk` for a whole batch through :func:`workflows.advance_batch`: the same
-    outcome per row, as string columns named like :class:`Outcome`'s fields."""
+    outcome per row, as string columns named like :class:`Outcome`'s fields, plus
+    ``uncompiled``: the nodes where the row was stepped one at a time because their criteria
+    could not be evaluated on columns (null when none; see :func:`_uncompiled_column`)."""
     bw = workflows.advance_batch(version, columns, answer=_builtin_answer)
     node_ids = bw.node_ids
     per_node_status, per_node_action, per_node_decision, per_node_waiting = [], [], [], []
@@ -181,4 +183,17 @@ def walk_columns(version: CompiledWorkflow, columns: BatchColumns) -> dict[str, 
 
     return {"status": take(per_node_status, stop), "action": take(per_node_action, stop),
             "decision_node": take(per_node_decision, stop), "path": take(paths, pid),
-            "waiting_node": take(per_node_waiting, stop), "edges": take(edges, pid)}
+            "waiting_node": take(per_node_waiting, stop), "edges": take(edges, pid),
+            "uncompiled": _uncompiled_column(bw, columns.rows)}
+
+
+def _uncompiled_column(bw: workflows.BatchWalk, rows: int) -> pa.Array:
+    """Per row, the nodes (PATH_SEP-joined, in walk order) where it was stepped one row at a
+    time because the node's criteria could not be evaluated on columns; null for none."""
+    if not bw.uncompiled_rows:
+        return pa.nulls(rows, pa.string())
+    at: list[list[str]] = [[] for _ in range(rows)]
+    for nid in bw.node_ids:  # each of these rows already cost a workflows.step
+        for i in bw.uncompiled_rows.get(nid, np.zeros(0, np.int64)).tolist():
+            at[i].append(nid)
+    return pa.array([PATH_SEP.join(a) if a else None for a in at], pa.string())

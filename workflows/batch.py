@@ -13,7 +13,8 @@ generated workflows and events), because it only evaluates what it evaluates exa
   error, a NaN, an int beyond 2^53 compared with a double, an int result near overflow, a zero
   divisor) takes that node's step through :func:`workflows.step`, one row at a time;
 - a node with any other criterion (``has()``, ``size()``, ``?:``, a whole record, ...) takes
-  every row's step through :func:`workflows.step`; :attr:`BatchWalk.uncompiled` names them.
+  every row's step through :func:`workflows.step`; :attr:`BatchWalk.uncompiled` names them
+  (node and criterion) and :attr:`BatchWalk.uncompiled_rows` says which rows stepped there.
 
 Outside work follows ``advance``: a webhook is never waited for (its node reads
 ``status_code`` 0), an output that says ``timed_out`` takes the default edge, other work
@@ -70,7 +71,9 @@ class BatchWalk:
     path: np.ndarray  # int: index into paths
     paths: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]  # (node ids, edge ids)
     steps_per_row: int  # steps taken through workflows.step one row at a time
-    uncompiled: tuple[str, ...]  # criteria never evaluated on columns
+    uncompiled: tuple[tuple[str, str], ...]  # (node id, criterion) never evaluated on columns
+    # node id -> rows stepped one at a time there because of its uncompiled criterion
+    uncompiled_rows: Mapping[str, np.ndarray] = field(default_factory=dict)
 
 
 # -- columns -----------------------------------------------------------------------------------
@@ -483,7 +486,8 @@ def advance_batch(version: CompiledWorkflow, columns: BatchColumns,
     paths = _Paths(version.root)
     stopped = np.zeros(n, bool)
     decided = np.zeros(n, bool)
-    uncompiled: list[str] = []
+    uncompiled: list[tuple[str, str]] = []
+    uncompiled_rows: dict[str, np.ndarray] = {}
     per_row = 0
     for k, nid in enumerate(order):
         rows = np.flatnonzero((at == k) & ~stopped)
@@ -500,7 +504,9 @@ def advance_batch(version: CompiledWorkflow, columns: BatchColumns,
         if len(rows):
             taken, slow, bad = _edges(node, store, rows)
             moves += taken
-            uncompiled += [s for s in bad if s not in uncompiled]
+            if bad is not None:
+                uncompiled.append((nid, bad))
+                uncompiled_rows[nid] = slow
             for i in slow.tolist():
                 result = step(version, nid, store.context(i))
                 moves.append((np.array([i]), result.edge_id, result.next_node_id))
@@ -513,7 +519,7 @@ def advance_batch(version: CompiledWorkflow, columns: BatchColumns,
     if not stopped.all():
         raise InvariantViolation("rows left standing after the last node")
     return BatchWalk(tuple(order), at, decided, pid, tuple(paths.paths), per_row,
-                     tuple(uncompiled))
+                     tuple(uncompiled), uncompiled_rows)
 
 
 def _outside(version: CompiledWorkflow, node: CompiledNode, store: _Store, rows: np.ndarray,
@@ -557,9 +563,9 @@ def _outside(version: CompiledWorkflow, node: CompiledNode, store: _Store, rows:
 
 
 def _edges(node: CompiledNode, store: _Store, rows: np.ndarray
-           ) -> tuple[list[tuple[np.ndarray, str, str]], np.ndarray, list[str]]:
+           ) -> tuple[list[tuple[np.ndarray, str, str]], np.ndarray, str | None]:
     """Rows through the node's ordered edges on columns: (moves, rows to step one by one,
-    criteria that could not be evaluated on columns)."""
+    the criterion that could not be evaluated on columns, whence every row steps)."""
     moves: list[tuple[np.ndarray, str, str]] = []
     ev = _Eval(store, rows)
     left = np.ones(len(rows), bool)
@@ -574,7 +580,7 @@ def _edges(node: CompiledNode, store: _Store, rows: np.ndarray
             else:
                 value, fb = ev.criterion(_tree(c.source))
         except _Unsupported:
-            return [], rows, [c.source]
+            return [], rows, c.source
         slow |= left & fb
         hit = left & ~fb & value
         if hit.any():
@@ -582,4 +588,4 @@ def _edges(node: CompiledNode, store: _Store, rows: np.ndarray
         left &= ~hit & ~fb
     if left.any():
         moves.append((rows[left], node.default.id, node.default.to))
-    return moves, rows[slow], []
+    return moves, rows[slow], None

@@ -74,3 +74,38 @@ def test_only_the_event_fields_the_walk_reads_are_converted():
     assert _event_fields_read(versions) == {"country", "amount"}
     builtin = compile_ref(VersionRef.of(Workflow.model_validate(w3_definition()), 1))
     assert _event_fields_read([builtin]) is None  # the demo scorer reads the whole event
+
+
+def test_the_summary_names_nodes_walked_one_row_at_a_time(spark, history, tmp_path):
+    """A criterion the column walk cannot evaluate (``has()``) steps its node's rows one by
+    one; the summary and its tables say where and for how many runs, for each version."""
+    import pyarrow.parquet as pq
+
+    from pipeline.backtest import write_tables
+    from tests.workflows.builders import build, node, small
+
+    wf = small(metrics=["card_count_5m"])
+    node(wf, "score")["scores"] = ["payment_abuse"]
+    node(wf, "score")["edges"][0]["criteria"] = "scores.payment_abuse > 90.0"
+    node(wf, "score")["edges"][1]["criteria"] = "has(event.card) && event.amount > 1000"
+    draft = build(wf)
+    out = backtest(history, draft, 1, base=(sift_example(), 1)).cache()
+    rows = out.collect()
+    scored = [r for r in rows if r.event_id != "e7"]  # e7 has no score: never tries the edges
+    assert {r.uncompiled for r in scored} == {"score"}
+    assert all(r.base_uncompiled is None for r in rows)  # the sift example runs on columns
+    assert next(r for r in rows if r.event_id == "e7").uncompiled is None
+    s = summarize(out, compare=True, workflow=draft, version=1)
+    assert s["uncompiled"] == [{"version": "version", "node_id": "score",
+                                "runs": len(scored)}]
+    # the per-row walk and the column walk agree on every order all the same
+    v = compile_ref(VersionRef.of(draft, 1))
+    for r in rows:
+        src = next(x for x in ROWS if x[0] == r.event_id)
+        _, country, amount, score, review, count, avg = src
+        o = walk(v, {"country": country, "amount": amount, "card": "c"},
+                 {"card_count_5m": count},
+                 {"payment_abuse": score} if score is not None else {}, {})
+        assert (r.status, r.action, r.path) == (o.status, o.action, o.path)
+    write_tables(s, str(tmp_path))
+    assert pq.read_table(tmp_path / "uncompiled.parquet").to_pylist() == s["uncompiled"]

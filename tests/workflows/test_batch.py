@@ -145,6 +145,10 @@ def test_batch_walk_equals_advance_row_for_row(case):
     b = advance_batch(version, cols)
     for i in range(cols.rows):
         assert _got(b, i) == _expect(version, _context(cols, i)), i
+    named = {nid for nid, _ in b.uncompiled}
+    assert set(b.uncompiled_rows) == named
+    for nid, rows in b.uncompiled_rows.items():  # rows stepped there did stand there
+        assert all(nid in _got(b, i)[2][:-1] for i in rows.tolist())
 
 
 @SETTINGS
@@ -198,3 +202,23 @@ def test_columns_do_the_work_on_plain_criteria():
                "scores": {"payment_abuse": cols.scores["payment_abuse"][i].as_py()},
                "metrics": {k: v[i].as_py() for k, v in cols.metrics.items()}}
         assert _got(b, i) == _expect(version, ctx)
+
+
+def test_uncompiled_nodes_are_named_with_the_rows_stepped_there():
+    from .builders import build, node, small
+
+    wf = small()
+    crit = "has(event.ip) && event.amount > 1000"
+    node(wf, "score")["edges"][1]["criteria"] = crit
+    version = compile_version(build(wf), 1)
+    risk = [95.0, None, 10.0, 50.0, None, 99.0]
+    cols = BatchColumns(6, event={"amount": pa.array([5000, 10, 2000, 10, 1, 3]),
+                                  "ip": pa.array(["1.2.3.4", None, None, "5.6.7.8", None, None])},
+                        scores={"risk": pa.array(risk, pa.float64())})
+    b = advance_batch(version, cols)
+    assert b.uncompiled == (("score", crit),)
+    # every row standing at the score node with its score went through workflows.step there
+    assert b.uncompiled_rows["score"].tolist() == [0, 2, 3, 5]
+    assert b.steps_per_row == 4
+    for i in range(cols.rows):
+        assert _got(b, i) == _expect(version, _context(cols, i)), i
