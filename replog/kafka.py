@@ -16,6 +16,7 @@ Retention: the topic deletes by size only (``retention.ms=-1``), with ``retentio
 by the caller so that the log always holds more entries than its oldest kept checkpoint needs
 (``retention_bytes_for``). ``first_offset()`` says where the log starts now, so a node whose
 start offset was deleted refuses to start (``replog.LogTruncated``) instead of diverging.
+``tail_offset()`` says where it ends, so a node can tell a stuck reader from an idle log.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ class KafkaLog:
         self._fatal: str | None = None
         self._producer = Producer(conf)
         self._readers: list[KafkaLogReader] = []
+        self._probe: Consumer | None = None  # asks the broker for the watermarks
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():  # e.g. the idempotent producer lost its sequence: it is unusable now
@@ -185,15 +187,25 @@ class KafkaLog:
 
     def first_offset(self, timeout_s: float = 2.0) -> int:
         """The oldest offset the log still holds (retention moves it forward)."""
-        consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                             "group.id": f"replog-{uuid.uuid4().hex}",
-                             "enable.auto.commit": False, "log_level": self.log_level})
+        return self._watermarks(timeout_s)[0]
+
+    def tail_offset(self, timeout_s: float = 1.0) -> int:
+        """The offset the next append will take: a reader behind it has records to read."""
+        return self._watermarks(timeout_s)[1]
+
+    def _watermarks(self, timeout_s: float) -> tuple[int, int]:
+        # A client of its own, kept open: the readers' clients may be the ones that are stuck.
+        if self._probe is None:
+            self._probe = Consumer({"bootstrap.servers": self.bootstrap,
+                                    "group.id": f"replog-{uuid.uuid4().hex}",
+                                    "enable.auto.commit": False, "log_level": self.log_level})
         try:
-            low, _high = consumer.get_watermark_offsets(
-                TopicPartition(self.topic, PARTITION), timeout=timeout_s)
-        finally:
-            consumer.close()
-        return low
+            return self._probe.get_watermark_offsets(
+                TopicPartition(self.topic, PARTITION), timeout=timeout_s, cached=False)
+        except Exception:
+            self._probe.close()  # a client that lost its broker is made anew next time
+            self._probe = None
+            raise
 
     def open_reader(self, start_offset: int) -> KafkaLogReader:
         reader = KafkaLogReader(self.bootstrap, self.topic, start_offset, self.log_level)
@@ -202,6 +214,9 @@ class KafkaLog:
 
     def close(self) -> None:
         self._producer.flush(1.0)
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
 
 
 class KafkaLogReader:

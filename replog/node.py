@@ -41,9 +41,10 @@ forward_threads_max = 32
 appender_idle_wait_s = 0.1
 append_retry_backoff_s = 0.05  # after a failed append, so a down log is not hammered
 read_retry_backoff_max_s = 2.0  # a log that cannot be read (broker restarting) is retried
-# The log took an append this long ago and the reader has returned nothing since: the
-# reader is stuck (a client that lost its broker may not fetch again for minutes), so it is
-# reopened where it stands.
+# The log took an append this long ago (the leader knows), or ends past where the reader
+# stands (a follower asks the log's ``tail_offset`` after this long without a record), and the
+# reader has returned nothing since: it is stuck (a client that lost its broker may not fetch
+# again for minutes), so it is reopened where it stands.
 reader_stall_s = 5.0
 
 
@@ -252,12 +253,18 @@ class Node:
 
     def _loop(self) -> None:
         backoff = poll_timeout_s
-        read_at = time.monotonic()
+        read_at = probed_at = time.monotonic()
         try:
             while self._running:
-                if read_at < self._appended_at < time.monotonic() - reader_stall_s:
-                    self._reopen_reader()
-                    read_at = time.monotonic()
+                now = time.monotonic()
+                if read_at < self._appended_at < now - reader_stall_s:
+                    self._reopen_reader("the log took an append over %.0fs ago")
+                    read_at = now
+                elif read_at < now - reader_stall_s and probed_at < now - reader_stall_s:
+                    probed_at = now
+                    if self._log_is_ahead():
+                        self._reopen_reader("the log holds records not read for %.0fs")
+                        read_at = now
                 try:
                     records = self._reader.poll(poll_timeout_s, records_per_poll_max)
                     self.read_error, backoff = None, poll_timeout_s
@@ -289,10 +296,21 @@ class Node:
             self._resolve(completions)
             self.election.stop()
 
-    def _reopen_reader(self) -> None:
+    def _log_is_ahead(self) -> bool:
+        """Whether the log ends past this node's next offset (False when it cannot say)."""
+        tail_offset = getattr(self.log, "tail_offset", None)
+        if not callable(tail_offset):  # a local log's reader cannot lose a broker
+            return False
+        try:
+            return tail_offset() > self.core.next_offset
+        except Exception as e:  # noqa: BLE001 - log unreachable: the reader's retries report it
+            log.debug("asking where the log ends failed: %s", e)
+            return False
+
+    def _reopen_reader(self, why: str) -> None:
         offset = self.core.next_offset
-        log.warning("%s: the log took an append over %.0fs ago and nothing was read since: "
-                    "reopening the reader at offset %d", self.node_id, reader_stall_s, offset)
+        log.warning("%s: " + why + " and nothing was read since: reopening the reader at "
+                    "offset %d", self.node_id, reader_stall_s, offset)
         try:
             fresh = self.log.open_reader(offset)
         except Exception as e:  # noqa: BLE001 - keep the old reader; tried again later

@@ -23,6 +23,10 @@ class MemLog:
     def first_offset(self) -> int:
         return self.start
 
+    def tail_offset(self) -> int:
+        with self._cv:
+            return len(self.records)
+
     def hold(self, writer_id: int) -> None:
         with self._cv:
             self.held_writers.add(writer_id)

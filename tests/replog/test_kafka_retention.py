@@ -43,7 +43,7 @@ def test_a_node_whose_start_offset_was_deleted_refuses_to_start():
     admin = AdminClient({"bootstrap.servers": endpoints.KAFKA_BOOTSTRAP})
     for fut in admin.delete_records([TopicPartition(topic, 0, 6)]).values():
         fut.result(timeout=30)
-    assert log.first_offset() == 6
+    assert log.first_offset() == 6 and log.tail_offset() == 10
     node = Node(DictKV(), log, SingleNodeElection(), node_id="n", advertise_url="x",
                 start_offset=0)
     with pytest.raises(LogTruncated):

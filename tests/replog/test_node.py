@@ -294,3 +294,26 @@ def test_a_stuck_reader_is_reopened_where_it_stands(monkeypatch):
         assert node.reader_reopens == 1 and node.sm.get("k") == 2
     finally:
         node.stop()
+
+
+def test_a_follower_whose_reader_is_stuck_reopens_it_when_the_log_is_ahead(cluster, monkeypatch):
+    """A follower appends nothing, so it cannot tell a stuck reader by its own appends: after a
+    while without a record it asks where the log ends, and reopens its reader if it is behind.
+    An idle log (nothing to read) reopens nothing."""
+    import replog.node as node_mod
+
+    monkeypatch.setattr(node_mod, "reader_stall_s", 0.2)
+    log, (leader, follower, _) = cluster
+    leader.election.elect(1)
+    assert wait_for(lambda: leader.is_leader)
+    leader.submit(ops.KIND, ops.put("a", 1), WAIT_S).result(WAIT_S)
+    assert wait_for(lambda: follower.sm.get("a") == 1)
+    import time
+
+    time.sleep(0.6)  # idle for longer than the stall: the log is not ahead
+    assert follower.reader_reopens == 0
+    follower._reader.poll = lambda timeout_s, records_max: []  # stuck for good
+    time.sleep(0.05)  # a poll already under way when it got stuck has returned
+    leader.submit(ops.KIND, ops.put("b", 2), WAIT_S).result(WAIT_S)
+    assert wait_for(lambda: follower.sm.get("b") == 2)
+    assert follower.reader_reopens == 1
