@@ -247,62 +247,63 @@ def test_file_log_keeps_a_sparse_index_and_readers_start_anywhere(tmp_path, monk
     again.close()
 
 
-def test_a_log_read_failure_is_retried_and_shown_not_fatal():
-    """A broker restarting makes reads fail for a while: the loop retries them, /healthz's
-    problems name the failure meanwhile, and the node serves again once reads work."""
-    log, directory = MemLog(), {}
-    node = Node(DictKV(), log, ManualElection(directory), node_id="n0", advertise_url="mem://n0")
+@pytest.fixture
+def lone_leader():
+    node = Node(DictKV(), MemLog(), ManualElection({}), node_id="n0", advertise_url="mem://n0")
     node.start()
-    try:
-        node.election.elect(1)
-        assert wait_for(lambda: node.is_leader)
-        reader = node._reader
-        real_poll, failures = reader.poll, [RuntimeError("broker down")] * 6
-
-        def flaky_poll(timeout_s, records_max):
-            if failures:
-                raise failures.pop()
-            return real_poll(timeout_s, records_max)
-
-        reader.poll = flaky_poll
-        assert wait_for(lambda: any("broker down" in p for p in node.problems()))
-        applied = node.submit(ops.KIND, ops.put("k", 1), WAIT_S).result(WAIT_S)
-        assert applied.effects == [{"key": "k", "value": 1}]
-        assert node.failure is None and node.problems() == []
-    finally:
-        node.stop()
+    node.election.elect(1)
+    assert wait_for(lambda: node.is_leader)
+    yield node
+    node.stop()
 
 
-def test_a_stuck_reader_is_reopened_where_it_stands(monkeypatch):
-    """The log took the leader's append but its reader returns nothing (a Kafka client that lost
-    its broker may not fetch again for minutes): the node reopens the reader and applies."""
+@pytest.fixture
+def short_stall(monkeypatch):
     import replog.node as node_mod
 
     monkeypatch.setattr(node_mod, "reader_stall_s", 0.2)
-    log, directory = MemLog(), {}
-    node = Node(DictKV(), log, ManualElection(directory), node_id="n0", advertise_url="mem://n0")
-    node.start()
-    try:
-        node.election.elect(1)
-        assert wait_for(lambda: node.is_leader)
-        node._reader.poll = lambda timeout_s, records_max: []  # stuck for good
-        import time
-
-        time.sleep(0.2)  # a poll already under way when it got stuck has returned
-        applied = node.submit(ops.KIND, ops.put("k", 2), WAIT_S).result(WAIT_S)
-        assert applied.effects == [{"key": "k", "value": 2}]
-        assert node.reader_reopens == 1 and node.sm.get("k") == 2
-    finally:
-        node.stop()
 
 
-def test_a_follower_whose_reader_is_stuck_reopens_it_when_the_log_is_ahead(cluster, monkeypatch):
+def _make_stuck(node: Node) -> None:
+    import time
+
+    node._reader.poll = lambda timeout_s, records_max: []  # stuck for good
+    time.sleep(0.05)  # a poll already under way when it got stuck has returned
+
+
+def test_a_log_read_failure_is_retried_and_shown_not_fatal(lone_leader):
+    """A broker restarting makes reads fail for a while: the loop retries them, /healthz's
+    problems name the failure meanwhile, and the node serves again once reads work."""
+    node = lone_leader
+    reader = node._reader
+    real_poll, failures = reader.poll, [RuntimeError("broker down")] * 6
+
+    def flaky_poll(timeout_s, records_max):
+        if failures:
+            raise failures.pop()
+        return real_poll(timeout_s, records_max)
+
+    reader.poll = flaky_poll
+    assert wait_for(lambda: any("broker down" in p for p in node.problems()))
+    applied = node.submit(ops.KIND, ops.put("k", 1), WAIT_S).result(WAIT_S)
+    assert applied.effects == [{"key": "k", "value": 1}]
+    assert node.failure is None and node.problems() == []
+
+
+def test_a_stuck_reader_is_reopened_where_it_stands(lone_leader, short_stall):
+    """The log took the leader's append but its reader returns nothing (a Kafka client that lost
+    its broker may not fetch again for minutes): the node reopens the reader and applies."""
+    node = lone_leader
+    _make_stuck(node)
+    applied = node.submit(ops.KIND, ops.put("k", 2), WAIT_S).result(WAIT_S)
+    assert applied.effects == [{"key": "k", "value": 2}]
+    assert node.reader_reopens == 1 and node.sm.get("k") == 2
+
+
+def test_a_follower_whose_reader_is_stuck_reopens_it_when_the_log_is_ahead(cluster, short_stall):
     """A follower appends nothing, so it cannot tell a stuck reader by its own appends: after a
     while without a record it asks where the log ends, and reopens its reader if it is behind.
     An idle log (nothing to read) reopens nothing."""
-    import replog.node as node_mod
-
-    monkeypatch.setattr(node_mod, "reader_stall_s", 0.2)
     log, (leader, follower, _) = cluster
     leader.election.elect(1)
     assert wait_for(lambda: leader.is_leader)
@@ -312,8 +313,7 @@ def test_a_follower_whose_reader_is_stuck_reopens_it_when_the_log_is_ahead(clust
 
     time.sleep(0.6)  # idle for longer than the stall: the log is not ahead
     assert follower.reader_reopens == 0
-    follower._reader.poll = lambda timeout_s, records_max: []  # stuck for good
-    time.sleep(0.05)  # a poll already under way when it got stuck has returned
+    _make_stuck(follower)
     leader.submit(ops.KIND, ops.put("b", 2), WAIT_S).result(WAIT_S)
     assert wait_for(lambda: follower.sm.get("b") == 2)
     assert follower.reader_reopens == 1
