@@ -372,6 +372,10 @@ def failovers(history: list[dict]) -> list[dict]:
         gap = max(b - a for a, b in zip(window, window[1:], strict=False))
         out.append({"kind": fault["kind"], "target": fault["target"],
                     "was_leader": fault["was_leader"], "at_s": fault["t"],
+                    # how long the nemesis itself took (a server's stop, pause and start):
+                    # the part of an outage the nodes cannot shorten
+                    "fault_lasted_s": round(fault["end_t"] - fault["t"], 3)
+                    if "end_t" in fault else None,
                     "recovered_after_s": None if first is None else round(first - fault["t"], 3),
                     "longest_without_ack_s": round(gap, 3)})
     return out
@@ -444,8 +448,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in report.items() if k != "failovers"}, indent=1))
     for f_ in report["failovers"]:
         print(f"  {f_['kind']:9} {f_['target']:9} leader={f_['was_leader']!s:5} at "
-              f"{f_['at_s']:7.1f} s  recovered after {f_['recovered_after_s']} s, longest "
-              f"without an ack {f_['longest_without_ack_s']} s")
+              f"{f_['at_s']:7.1f} s  lasted {f_['fault_lasted_s']} s, recovered after "
+              f"{f_['recovered_after_s']} s, longest without an ack "
+              f"{f_['longest_without_ack_s']} s")
     return 0 if verdict.valid else 1
 
 

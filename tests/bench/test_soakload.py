@@ -109,7 +109,8 @@ def test_the_failover_table_shows_the_outage_even_when_an_ack_slips_in_first():
     from bench.soak import failovers
 
     history = [
-        {"type": "fault", "t": 10.0, "kind": "broker", "target": "kafka", "was_leader": False},
+        {"type": "fault", "t": 10.0, "kind": "broker", "target": "kafka", "was_leader": False,
+         "end_t": 35.5},  # the broker's stop and start took 25.5 s
         {"type": "invoke", "t": 10.1, "id": "a", "node": "n1"},
         {"type": "ok", "t": 10.2, "id": "a", "node": "n1"},  # before the broker went down
         {"type": "invoke", "t": 11.0, "id": "b", "node": "n1"},
@@ -121,3 +122,4 @@ def test_the_failover_table_shows_the_outage_even_when_an_ack_slips_in_first():
     broker, kill = failovers(history)
     assert broker["recovered_after_s"] == 0.2 and broker["longest_without_ack_s"] == 30.0
     assert kill["recovered_after_s"] == 2.0 and kill["longest_without_ack_s"] == 2.0
+    assert broker["fault_lasted_s"] == 25.5 and kill["fault_lasted_s"] is None
