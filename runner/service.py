@@ -65,7 +65,8 @@ class Service:
         s = self.settings
         # The metrics engine's files are part of the state: rebuilt from a checkpoint + the log.
         shutil.rmtree(s.node_dir / "metrics", ignore_errors=True)
-        self.sm = RunnerStateMachine(s.node_dir, dedup_retention_ms=s.dedup_retention_ms)
+        self.sm = RunnerStateMachine(s.node_dir, dedup_retention_ms=s.dedup_retention_ms,
+                                     run_retention_ms=s.run_retention_ms)
         self.sm.rejections.listener = lambda r: self.telemetry.entries_rejected.labels(
             r.kind, r.reason).inc()
         store = checkpoints.store_from_url(s.effective_checkpoint_url)

@@ -66,6 +66,12 @@ class Settings(BaseSettings):
     # an event id sent again within this much log time is a duplicate (same runs); memory holds
     # one id per event in the window (runner.state.machine.DEDUP_RETENTION_MS_DEFAULT)
     dedup_retention_ms: int = Field(default=3_600_000, ge=60_000)
+    # A decided run leaves the hot state (DuckDB) once the run store holds it, it was decided
+    # this much log time ago and its event id left the dedup window (runner.state.retention).
+    # Then GET /v1/runs/{id} and the console's run page read it from the run store (RocksDB /
+    # HBase); the console's run listing, hits per edge and backtest see only runs still held;
+    # review queues and runs still waiting are never removed. docs/state-machine.md.
+    run_retention_ms: int = Field(default=3_600_000, ge=0)
     demo_scorer: bool | None = None  # serve POST /demo/score; default: embedded demo mode only
     tick_interval_ms: int = 250
     effects_confirm_interval_ms: int = 100

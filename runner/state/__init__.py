@@ -6,5 +6,6 @@ offsets, every query that feeds a decision has a total ORDER BY, and effects are
 data (``effects``) for the leader to execute. Callers build entries with ``entries.encode``.
 An entry either takes full effect or none: a rejected one (``rejections``) leaves the state and
 its digest unchanged on every replica, and no entry can stop the log; ``inputs`` says what an
-event may feed the metrics engine.
+event may feed the metrics engine; ``retention`` says when a finished run leaves DuckDB (then
+readers find it in the run store).
 """

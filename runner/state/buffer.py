@@ -58,10 +58,16 @@ class _Generation:
     # (run id, node id, deadline or None when the task closed): kept by the state machine,
     # never written to DuckDB (app_tasks holds the same facts)
     timers: list[tuple[str, str, int | None]] = field(default_factory=list)
+    # Runs leaving the hot state (run id, decided offset, decided ts), deleted after this
+    # generation's inserts; ``finished`` and ``runs_scanned`` are the state machine's own
+    # bookkeeping of retention (runner.state.retention), never written to DuckDB.
+    runs_evicted: list[tuple[str, int, int]] = field(default_factory=list)
+    finished: list[tuple[int, int, str, str]] = field(default_factory=list)
+    runs_scanned: int = 0
 
     def rows(self) -> int:
         return (len(self.runs) + len(self.steps) + len(self.seen) + len(self.seen_expired)
-                + len(self.tasks)
+                + len(self.tasks) + len(self.runs_evicted)
                 + len(self.outbox) + len(self.stored) + len(self.outbox_done))
 
     def put_run(self, row: tuple, view: dict) -> None:
@@ -107,6 +113,7 @@ class RowBuffer:
             for run_id, offset in stage.stored.items():
                 gen.stored[run_id] = max(offset, gen.stored.get(run_id, -1))
             gen.outbox_done += stage.outbox_done
+            gen.runs_evicted += stage.runs_evicted
 
     def maybe_hand_off(self) -> None:
         if self.current.rows() >= handoff_rows_max:
@@ -219,10 +226,32 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
             cur.execute("UPDATE outbox SET done = true FROM _rows d "
                         "WHERE outbox.effect_id = d.effect_id")
             cur.unregister("_rows")
+        if gen.runs_evicted:
+            _evict(cur, gen.runs_evicted)
         cur.execute("COMMIT")
     except BaseException:
         cur.execute("ROLLBACK")
         raise
+
+
+def _evict(cur: duckdb.DuckDBPyConnection, runs: list[tuple[str, int, int]]) -> None:
+    """Delete the rows of runs that left the hot state. Last in the generation: no later row
+    of a decided run follows its eviction. Every row of such a run was written at or before
+    the entry that decided it, so the bounds on offsets and times let DuckDB's zone maps skip
+    the row groups of newer runs."""
+    _register(cur, ("run_id",), [(r,) for r, _, _ in runs])
+    offset_max = max(o for _, o, _ in runs)
+    ts_max = max(t for _, _, t in runs)
+    try:
+        for table, bound, value in (("runs", "offset_", offset_max),
+                                    ("steps", "ts", ts_max),
+                                    ("decisions", "offset_", offset_max),
+                                    ("app_tasks", "created_ts", ts_max)):
+            cur.execute(f"DELETE FROM {table} WHERE {bound} <= ? "
+                        "AND run_id IN (SELECT run_id FROM _rows)", [value])
+        cur.execute("DELETE FROM outbox WHERE done AND run_id IN (SELECT run_id FROM _rows)")
+    finally:
+        cur.unregister("_rows")
 
 
 def _register(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], rows: list[tuple]) -> None:

@@ -18,7 +18,7 @@ import orjson
 
 from runner import ids
 from runner.errors import InvariantViolation
-from runner.state import entries, flows, inputs, rejections, schema, snapshot
+from runner.state import entries, flows, inputs, rejections, retention, schema, snapshot
 from runner.state.buffer import RowBuffer, Stage
 from runner.state.effects import (
     CallApp,
@@ -57,7 +57,8 @@ class RunnerStateMachine:
     """The runner's replicated state. One thread applies; other threads only read."""
 
     def __init__(self, data_dir: Path, engine: Any | None = None, *,
-                 dedup_retention_ms: int = DEDUP_RETENTION_MS_DEFAULT) -> None:
+                 dedup_retention_ms: int = DEDUP_RETENTION_MS_DEFAULT,
+                 run_retention_ms: int = retention.RUN_RETENTION_MS_DEFAULT) -> None:
         self._dir = Path(data_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
         # One DuckDB thread: the hot path never waits on DuckDB, and three nodes share 2 cores.
@@ -74,6 +75,7 @@ class RunnerStateMachine:
         self._seen: dict[str, int] = {}  # event id -> offset, within the dedup retention
         self._seen_order: deque[tuple[int, str]] = deque()  # (ts, event id) in log order
         self._dedup_retention_ms = dedup_retention_ms
+        self.finished = retention.FinishedRuns(run_retention_ms)  # decided runs still held
         self._has_metrics = False
         self._stage = Stage()
         self._timers: dict[tuple[str, str], int] = {}  # pending task -> its deadline
@@ -142,6 +144,7 @@ class RunnerStateMachine:
             self._seen_order.append((ts, event_id))
         if stage.timers:
             self._set_timers(stage.timers)
+        self.finished.commit(stage)
         self._buffer.absorb(stage)
 
     def _set_timers(self, changes: list[tuple[str, str, int | None]]) -> None:
@@ -208,6 +211,7 @@ class RunnerStateMachine:
             "SELECT run_id, node_id, deadline_ts FROM app_tasks WHERE status = 'pending' "
             "AND deadline_ts IS NOT NULL ORDER BY run_id, node_id").fetchall())
         self._has_metrics = bool(self._known_metrics())
+        self.finished.rebuild(self.con)
 
     def digest(self) -> str:
         self.flush()
@@ -302,6 +306,8 @@ class RunnerStateMachine:
                 run["state"], run["decision"] = "decided", walk.decision.action
                 self._stage.decisions[run["run_id"]] = (
                     run["run_id"], walk.decision.action, entry.ts, entry.offset)
+                self.finished.decided(self._stage, entry.ts, entry.offset, run["run_id"],
+                                      run["event_id"])
                 return effects
             work = walk.waiting
             if flows.is_builtin_scorer(work):
@@ -433,6 +439,7 @@ class RunnerStateMachine:
             self.con.execute("UPDATE app_tasks SET status = 'expired' "
                              "WHERE run_id = ? AND node_id = ?", [run_id, node])
             effects += self._resume(run_id, node, {"timed_out": True}, entry)
+        self.finished.select(self._stage, entry.ts, self._seen)
         return [Reply(ok=True, result={"expired": len(due)}), *effects]
 
     def _review_claimed(self, entry: Any, p: dict) -> list[Any]:
@@ -470,11 +477,13 @@ class RunnerStateMachine:
         """Marks runs stored. Each [run id, offset] is a version a StoreRun carried, so the
         run's offset_ is at least that offset (the flush relies on it to touch only recent
         rows); a confirmation naming a later offset than the run has may leave it unstored, and
-        then the next leader stores it again (idempotent), on every replica alike."""
-        gen = self._buffer.current
+        then the next leader stores it again (idempotent), on every replica alike. Then the
+        finished runs past the run retention leave the hot state (``retention``)."""
+        stage = self._stage
         for run_id, offset in p.get("stored", []):
-            gen.stored[run_id] = max(int(offset), gen.stored.get(run_id, -1))
-        gen.outbox_done.extend(str(e) for e in p.get("outbox", []))
+            stage.stored[run_id] = max(int(offset), stage.stored.get(run_id, -1))
+        stage.outbox_done.extend(str(e) for e in p.get("outbox", []))
+        self.finished.select(stage, entry.ts, self._seen)
         return []
 
     def _leader_started(self, entry: Any, p: dict) -> list[Any]:

@@ -1,0 +1,221 @@
+"""Finished runs leave the hot state (DuckDB) after the run retention, alike on every replica,
+and readers still find them in the run store."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from runner import explore, operations
+from runner.errors import NotFound
+from runner.runstore.base import RunRecord
+from runner.runstore.rocks import RocksRunStore
+from runner.state import entries, retention, snapshot
+from runner.state.effects import CallApp, StoreRun
+from runner.state.machine import RunnerStateMachine
+from tests.runner.fakes import BruteForceW1Engine
+from tests.runner.test_machine import T0, Log, order, reply, review_order, setup_w3
+
+MINUTE = 60_000
+HOUR = 60 * MINUTE
+
+
+def machine(tmp_path, name: str, *, run_ms: int = HOUR, dedup_ms: int = HOUR
+            ) -> RunnerStateMachine:
+    return RunnerStateMachine(tmp_path / name, engine=BruteForceW1Engine(),
+                              dedup_retention_ms=dedup_ms, run_retention_ms=run_ms)
+
+
+def held(m: RunnerStateMachine, table: str = "runs") -> set[str]:
+    """Run ids with rows in ``table`` (after the buffer landed)."""
+    m.flush()
+    return {r for (r,) in m.con.execute(f"SELECT DISTINCT run_id FROM {table}").fetchall()}
+
+
+def hold_count(m: RunnerStateMachine) -> dict[str, int]:
+    m.flush()
+    return {t: m.con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+            for t in ("runs", "steps", "decisions", "app_tasks")}
+
+
+def run_of(effects: list) -> dict:
+    (run,) = reply(effects).runs
+    return run
+
+
+def stored(effects: list) -> list[list]:
+    """What the leader confirms after writing the StoreRun effects of one entry."""
+    return [[e.run["run_id"], e.run["offset"]] for e in effects if isinstance(e, StoreRun)]
+
+
+@pytest.fixture
+def pair(tmp_path):
+    a, b = machine(tmp_path, "a"), machine(tmp_path, "b")
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_stored_finished_runs_leave_duckdb_alike_on_two_replicas(pair):
+    a, b = pair
+    log = Log(a, b)
+    setup_w3(log)
+    done, confirm = [], []
+    for i in range(5):
+        effects = log.apply(entries.EVENT_RECEIVED, order(f"o-{i}", card=f"c{i}"), ts=T0 + i)
+        done.append(run_of(effects)["run_id"])
+        if i < 3:  # the run store took o-0 .. o-2; o-3 and o-4 are not confirmed yet
+            confirm += stored(effects)
+    waiting = run_of(log.apply(entries.EVENT_RECEIVED, review_order("o-review"), ts=T0 + 10))
+    assert waiting["state"] == "waiting"
+    log.apply(entries.EFFECTS_DONE, {"stored": confirm, "outbox": []}, ts=T0 + 20)
+    assert held(a) == set(done) | {waiting["run_id"]}  # younger than the retention: all stay
+    # Two hours later the dedup window let go of every event id; the next confirmation entry
+    # removes the finished, stored runs and nothing else.
+    log.apply(entries.EVENT_RECEIVED, order("o-late", card="c-late"), ts=T0 + 2 * HOUR)
+    late = run_of(log.results[0])["run_id"]
+    log.apply(entries.EFFECTS_DONE, {"stored": [], "outbox": []}, ts=T0 + 2 * HOUR + 1)
+    kept = {done[3], done[4], waiting["run_id"], late}
+    for m in (a, b):
+        assert held(m) == kept
+        assert held(m, "steps") == kept
+        assert held(m, "decisions") == {done[3], done[4], late}
+        assert held(m, "app_tasks") == {waiting["run_id"]}  # its review stays queued
+    assert a.digest() == b.digest()
+    # The store confirms o-3: the next entry that looks (a Tick here) removes it.
+    log.apply(entries.EFFECTS_DONE, {"stored": [[done[3], offset_of(a, done[3])]],
+                                     "outbox": []}, ts=T0 + 2 * HOUR + 2)
+    assert done[3] not in held(a) and done[4] in held(a)
+    log.apply(entries.TICK, {}, ts=T0 + 2 * HOUR + 3)
+    assert held(a) == held(b) == {done[4], waiting["run_id"], late}
+    assert a.digest() == b.digest()
+    assert len(a.finished) == 2 and a.finished.unstored == 2  # o-4 and o-late
+
+
+def tables_digest(m: RunnerStateMachine) -> str:
+    """The digest of the DuckDB tables (the fake engine is not part of snapshots)."""
+    m.flush()
+    return snapshot.digest(m.con, engine=None)
+
+
+def offset_of(m: RunnerStateMachine, run_id: str) -> int:
+    m.flush()
+    return m.con.execute("SELECT offset_ FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
+
+
+def test_a_run_stays_while_dedup_holds_its_event_so_a_duplicate_gets_it(tmp_path):
+    a = machine(tmp_path, "a", run_ms=MINUTE, dedup_ms=HOUR)
+    log = Log(a)
+    setup_w3(log)
+    first = log.apply(entries.EVENT_RECEIVED, order("o-1"), ts=T0)
+    log.apply(entries.EFFECTS_DONE, {"stored": stored(first), "outbox": []}, ts=T0 + 1)
+    log.apply(entries.EFFECTS_DONE, {"stored": [], "outbox": []}, ts=T0 + 30 * MINUTE)
+    assert held(a) == {run_of(first)["run_id"]}  # past the run retention, not the dedup one
+    again = reply(log.apply(entries.EVENT_RECEIVED, order("o-1"), ts=T0 + 40 * MINUTE))
+    assert again.result["duplicate"] and again.runs == reply(first).runs
+    log.apply(entries.EVENT_RECEIVED, order("o-2", card="c2"), ts=T0 + HOUR)  # o-1 forgotten
+    log.apply(entries.EFFECTS_DONE, {"stored": [], "outbox": []}, ts=T0 + HOUR + 1)
+    assert run_of(first)["run_id"] not in held(a)
+    a.close()
+
+
+def test_removal_is_oldest_first_and_bounded_per_entry(tmp_path, monkeypatch):
+    monkeypatch.setattr(retention, "runs_evicted_per_entry_max", 2)
+    a, b = machine(tmp_path, "a", run_ms=0), machine(tmp_path, "b", run_ms=0)
+    log = Log(a, b)
+    setup_w3(log)
+    ids = []
+    for i in range(5):
+        effects = log.apply(entries.EVENT_RECEIVED, order(f"o-{i}", card=f"c{i}"), ts=T0 + i)
+        ids.append(run_of(effects)["run_id"])
+        log.apply(entries.EFFECTS_DONE, {"stored": stored(effects), "outbox": []}, ts=T0 + i)
+    log.apply(entries.EVENT_RECEIVED, order("o-x", card="cx"), ts=T0 + 2 * HOUR)
+    for left in ([ids[2], ids[3], ids[4]], [ids[4]], []):
+        log.apply(entries.EFFECTS_DONE, {"stored": [], "outbox": []}, ts=T0 + 2 * HOUR)
+        assert held(a) - {run_of_event(a, "o-x")} == set(left)
+        assert a.digest() == b.digest()
+    a.close()
+    b.close()
+
+
+def run_of_event(m: RunnerStateMachine, event_id: str) -> str:
+    m.flush()
+    return m.con.execute("SELECT run_id FROM runs WHERE event_id = ?", [event_id]).fetchone()[0]
+
+
+def test_snapshot_restore_keeps_the_same_removals(tmp_path):
+    a = machine(tmp_path, "a")
+    log = Log(a)
+    setup_w3(log)
+    confirm = []
+    for i in range(6):
+        effects = log.apply(entries.EVENT_RECEIVED, order(f"o-{i}", card=f"c{i}"), ts=T0 + i)
+        if i % 2 == 0:
+            confirm += stored(effects)
+    log.apply(entries.EFFECTS_DONE, {"stored": confirm, "outbox": []}, ts=T0 + 10)
+    log.apply(entries.EVENT_RECEIVED, order("o-x", card="cx"), ts=T0 + 2 * HOUR)
+    writer = a.snapshot()
+    writer.write(tmp_path / "snap")
+    writer.close()
+    c = machine(tmp_path, "c")
+    c.restore(tmp_path / "snap")
+    assert c.finished.candidates() == a.finished.candidates()
+    assert c.finished.unstored == a.finished.unstored == 4  # o-1, o-3, o-5 and o-x
+    rest = Log(a, c)
+    rest.offsets = iter(range(log.history[-1].offset + 1, 10**9))
+    rest.apply(entries.EFFECTS_DONE, {"stored": [], "outbox": []}, ts=T0 + 2 * HOUR + 1)
+    assert len(held(a)) == len(held(c)) == 4 and tables_digest(a) == tables_digest(c)
+    unconfirmed = [[r, offset_of(a, r)] for r in sorted(held(a))]
+    rest.apply(entries.EFFECTS_DONE, {"stored": unconfirmed, "outbox": []},
+               ts=T0 + 2 * HOUR + 2)
+    assert held(a) == held(c) == {run_of_event(a, "o-x")}
+    assert tables_digest(a) == tables_digest(c)
+    a.close()
+    c.close()
+
+
+def test_an_app_answer_after_the_run_left_is_refused_alike(tmp_path):
+    a, b = machine(tmp_path, "a", run_ms=0), machine(tmp_path, "b", run_ms=0)
+    log = Log(a, b)
+    setup_w3(log, scorer="demo_score")
+    effects = log.apply(entries.EVENT_RECEIVED, order("o-a"), ts=T0)
+    run = run_of(effects)
+    assert any(isinstance(e, CallApp) for e in effects)
+    timeout = log.apply(entries.TICK, {}, ts=T0 + 300)  # the app never answered
+    log.apply(entries.EFFECTS_DONE, {"stored": stored(timeout), "outbox": []}, ts=T0 + 301)
+    log.apply(entries.EVENT_RECEIVED, order("o-b", card="c2"), ts=T0 + 2 * HOUR)
+    log.apply(entries.TICK, {}, ts=T0 + 2 * HOUR)
+    assert run["run_id"] not in held(a) and not held(a, "app_tasks") - held(a)
+    answer = {"run_id": run["run_id"], "node_id": "score", "result": {"payment_abuse": 1}}
+    late = reply(log.apply(entries.APP_COMPLETED, answer, ts=T0 + 2 * HOUR + 5))
+    assert not late.ok and late.result["status"] == 404 and late.field == "node_id"
+    assert reply(log.results[1]) == late and a.digest() == b.digest()
+    a.close()
+    b.close()
+
+
+def test_a_run_that_left_is_read_from_the_run_store(tmp_path):
+    sm = machine(tmp_path, "a", run_ms=0)
+    store = RocksRunStore(tmp_path / "runs")
+    svc = SimpleNamespace(sm=sm, reader=sm.reader, run_store=store)
+    log = Log(sm)
+    setup_w3(log)
+    effects = log.apply(entries.EVENT_RECEIVED, order("o-1"), ts=T0)
+    run = run_of(effects)
+    store.put_many([RunRecord(**e.record) for e in effects if isinstance(e, StoreRun)])
+    log.apply(entries.EFFECTS_DONE, {"stored": stored(effects), "outbox": []}, ts=T0 + 1)
+    hot = operations.get_run(svc, run["run_id"])
+    log.apply(entries.EVENT_RECEIVED, order("o-2", card="c2"), ts=T0 + 2 * HOUR)
+    log.apply(entries.EFFECTS_DONE, {"stored": [], "outbox": []}, ts=T0 + 2 * HOUR)
+    assert run["run_id"] not in held(sm)
+    cold = operations.get_run(svc, run["run_id"])
+    same = ("run_id", "event_id", "workflow_id", "workflow_version", "state", "decision",
+            "path", "explanation", "metrics", "scores", "apps", "offset", "started_ts",
+            "updated_ts")
+    assert {k: cold[k] for k in same} == {k: hot[k] for k in same}
+    assert explore.run_detail(svc, run["run_id"])["event"]["event_id"] == "o-1"
+    with pytest.raises(NotFound):  # forgotten by dedup too: the event's runs are not listed
+        operations.event_runs(svc, "o-1")
+    store.close()
+    sm.close()
