@@ -28,7 +28,10 @@ EVENT_CRITERIA = [
 
 def _own(kind, nid, i):
     return {
+        # NaN against an int literal, bare, negated and under ||: CEL's comparison with NaN
+        # is no plain false (negating it does not match), so those rows must go row by row
         "score": [f"scores.s_{nid} > {i}.0", f"scores.s_{nid} > {i}",
+                  f"!(scores.s_{nid} > {i})", f"!(scores.s_{nid} == {i}) || event.is_fraud",
                   f"double(event.amount) > 10.0 * scores.s_{nid}",
                   f"scores.s_{nid} / 2.0 < {i}.0"],
         "app": [f"apps.{nid}.flag || apps.{nid}.level > {i % 7}",
@@ -36,6 +39,12 @@ def _own(kind, nid, i):
         "review_queue": [f'apps.{nid}.outcome == "accept"'],
         "webhook": [f"apps.{nid}.status_code == 200", f"apps.{nid}.status_code == 0"],
     }[kind]
+
+
+def _negated(draw, crit: str) -> str:
+    """``crit`` or, sometimes, ``!(crit)``: a NaN or a missing field under ``!`` is where a
+    column's plain boolean and CEL's answer part."""
+    return f"!({crit})" if draw(st.integers(0, 3)) == 0 else crit
 
 
 @st.composite
@@ -59,11 +68,14 @@ def workflows_(draw):
         out = []
         for t in edges[nid] + draw(st.lists(st.sampled_from(later), max_size=2)):
             kind = by_id[nid]["kind"]
-            pool = EVENT_CRITERIA + ([] if kind == "event" else _own(kind, nid, 0))
-            crit = draw(st.sampled_from(pool)).format(i=draw(st.integers(0, 99)))
+            # half the criteria of a node with outputs read them (NaN scores, app answers)
+            pool = EVENT_CRITERIA if kind == "event" or draw(st.booleans()) else \
+                _own(kind, nid, 0)
+            crit = _negated(draw, draw(st.sampled_from(pool)).format(i=draw(st.integers(0, 99))))
             if draw(st.booleans()):
                 other = draw(st.sampled_from(pool)).format(i=draw(st.integers(0, 99)))
                 crit = f"({crit}) {draw(st.sampled_from(['&&', '||']))} ({other})"
+            crit = _negated(draw, crit)
             out.append(edge(f"e{next(counter)}", t, crit))
         out.insert(draw(st.integers(0, len(out))),
                    edge(f"e{next(counter)}", draw(st.sampled_from(later)), default=True))
@@ -220,5 +232,42 @@ def test_uncompiled_nodes_are_named_with_the_rows_stepped_there():
     # every row standing at the score node with its score went through workflows.step there
     assert b.uncompiled_rows["score"].tolist() == [0, 2, 3, 5]
     assert b.steps_per_row == 4
+    for i in range(cols.rows):
+        assert _got(b, i) == _expect(version, _context(cols, i)), i
+
+
+NAN_CRITERIA = [
+    "!(scores.risk {op} {i})", "!(scores.risk {op} {i}) || event.amount > {j}",
+    "event.amount > {j} || !(scores.risk {op} {i})", "!((scores.risk {op} {i}) || event.is_fraud)",
+    "!(scores.risk {op} {i}) && !event.is_fraud", "!(double(event.amount) {op} scores.risk)",
+]
+
+
+@st.composite
+def nan_cases(draw):
+    """A score node whose first edge compares a score (NaN for many rows) with an int literal
+    under ``!`` and ``||``: the rows CEL answers otherwise than numpy's NaN comparisons."""
+    from .builders import build, node, small
+
+    crit = draw(st.sampled_from(NAN_CRITERIA)).format(
+        op=draw(st.sampled_from(["<", "<=", ">", ">=", "==", "!="])),
+        i=draw(st.integers(0, 99)), j=draw(st.integers(0, 5000)))
+    wf = small()
+    node(wf, "score")["edges"][0]["criteria"] = crit
+    rows = draw(st.integers(1, 30))
+    risk = draw(st.lists(st.one_of(st.just(math.nan), st.floats(0, 100),
+                                   st.integers(0, 99).map(float)), min_size=rows, max_size=rows))
+    amount = draw(st.lists(st.integers(0, 10_000), min_size=rows, max_size=rows))
+    fraud = draw(st.lists(st.booleans(), min_size=rows, max_size=rows))
+    return compile_version(build(wf), 1), BatchColumns(
+        rows, event={"amount": pa.array(amount, pa.int64()), "is_fraud": pa.array(fraud)},
+        scores={"risk": pa.array(risk, pa.float64())})
+
+
+@SETTINGS
+@given(nan_cases())
+def test_nan_against_int_literals_under_not_and_or_walks_as_advance(case):
+    version, cols = case
+    b = advance_batch(version, cols)
     for i in range(cols.rows):
         assert _got(b, i) == _expect(version, _context(cols, i)), i
