@@ -409,6 +409,41 @@ impl State {
         }
     }
 
+    /// Back to the empty state of its kind, keeping small allocations for reuse (a bucket
+    /// that opens takes the states of one that left; see keyed.rs `Spare`).
+    pub fn clear(&mut self) {
+        const KEEP: usize = 8; // larger buffers go: a spare state must stay small
+        match self {
+            State::Count { n, last_ts } => {
+                *n = 0;
+                *last_ts = None;
+            }
+            State::Moments(m) => {
+                m.n = 0;
+                m.f = 0;
+                m.fx.clear();
+                m.fx.shrink_to(KEEP);
+                m.s = [Num::ZERO, Num::ZERO, Num::ZERO];
+            }
+            State::Extreme { q, .. } | State::Fifo(q) => {
+                q.clear();
+                q.shrink_to(KEEP);
+            }
+            State::Distinct(c) => {
+                c.clear();
+                c.shrink_to(KEEP);
+            }
+            State::Recent { n, last } => {
+                *n = 0;
+                *last = Val::Null;
+            }
+            State::Ratio { n, hits } => {
+                *n = 0;
+                *hits = 0;
+            }
+        }
+    }
+
     pub fn empty(&self) -> bool {
         match self {
             State::Count { n, .. } | State::Recent { n, .. } | State::Ratio { n, .. } => *n == 0,

@@ -8,6 +8,12 @@
 //! takes a bucket in when the bucket closes and gives it back when it leaves, lazily, when
 //! the key is touched or read (`roll`), so a boundary costs nothing for keys nobody touches.
 //! Each insert also rolls one other entry (a slow sweep), so keys that stop coming are freed.
+//!
+//! A window of one closed bucket is that bucket's partial: the entry holds window states of
+//! its own only while two or more closed buckets are in the window (most keys of a large
+//! table never get there), and drops them when it is back to one. Slot vectors of buckets
+//! and windows that leave are kept (`Spare`) for the next bucket that opens, so the ring
+//! path allocates nothing per event in steady state.
 
 use pyo3::prelude::*;
 use rustc_hash::FxHashMap;
@@ -91,11 +97,31 @@ pub struct Bucket {
 #[derive(Clone)]
 pub struct Entry {
     pub key: Vec<Val>,
+    /// Plain tables: one state per slot. Calendar tables: the window's states while two or
+    /// more closed buckets are in it (the fold of their partials), empty otherwise.
     pub states: Vec<Option<State>>,
     /// Calendar windows: buckets still holding events, oldest first; the first `absorbed`
-    /// are in `states` (closed, inside the window), the rest are open.
+    /// are closed and inside the window, the rest are open.
     pub ring: std::collections::VecDeque<Bucket>,
     pub absorbed: usize,
+}
+
+impl Entry {
+    /// Slot `slot`'s window state: a calendar window of one closed bucket is its partial.
+    pub fn window(&self, slot: usize) -> Option<&State> {
+        if !self.states.is_empty() {
+            return self.states[slot].as_ref();
+        }
+        if self.absorbed == 1 {
+            return self.ring[0].parts[slot].as_ref();
+        }
+        None
+    }
+
+    /// Whether the entry holds window states apart from its buckets' partials.
+    pub fn holds_window(&self) -> bool {
+        !self.ring.is_empty() && !self.states.is_empty()
+    }
 }
 
 /// A calendar window's buckets: `every` wide from `align`; the window is the `m` buckets
@@ -113,9 +139,67 @@ impl Hop {
     }
 }
 
+/// Slot vectors (a bucket's partials, a window's states) of one table, given back when their
+/// bucket leaves or their entry is freed and taken by the next bucket or window that needs
+/// one: their states stay allocated, emptied, so a new bucket reuses them as they are.
+/// Every vector is as wide as the table's slots, with their kinds (`set_slots` drops them).
+#[derive(Clone, Default)]
+pub struct Spare {
+    vecs: Vec<Vec<Option<State>>>,
+}
+
+impl Spare {
+    fn take(&mut self, width: usize) -> Vec<Option<State>> {
+        self.vecs.pop().unwrap_or_else(|| {
+            let mut v = Vec::with_capacity(width);
+            v.resize_with(width, || None);
+            v
+        })
+    }
+
+    fn give(&mut self, mut v: Vec<Option<State>>) {
+        if v.is_empty() || self.vecs.len() >= SPARE_MAX {
+            return;
+        }
+        for s in v.iter_mut().flatten() {
+            s.clear();
+        }
+        self.vecs.push(v);
+    }
+
+    fn clear(&mut self) {
+        self.vecs.clear();
+    }
+}
+
+/// Bucket `bk`'s partials enter (`sign` 1) or leave (-1) the window states `states`.
+fn absorb_into(states: &mut [Option<State>], kinds: &[Kind], bk: &Bucket, sign: i64) {
+    for (i, p) in bk.parts.iter().enumerate() {
+        let Some(p) = p else { continue };
+        if sign > 0 {
+            states[i].get_or_insert_with(|| State::new(kinds[i])).absorb(p, bk.idx, 1);
+        } else if let Some(st) = states[i].as_mut() {
+            st.absorb(p, bk.idx, -1);
+        }
+    }
+}
+
+/// Set an entry's window states from its closed buckets: the fold of their partials when
+/// there are two or more, none otherwise (the window is its one closed bucket's partial).
+fn refold(e: &mut Entry, kinds: &[Kind], spare: &mut Spare) {
+    spare.give(std::mem::take(&mut e.states));
+    if e.absorbed >= 2 {
+        let mut states = spare.take(kinds.len());
+        for bk in e.ring.iter().take(e.absorbed) {
+            absorb_into(&mut states, kinds, bk, 1);
+        }
+        e.states = states;
+    }
+}
+
 /// Bring an entry's window state to the bucket `b` being the current one: buckets older than
 /// the window leave, closed ones enter. Returns the bucket operations done.
-pub fn roll(e: &mut Entry, kinds: &[Kind], hop: &Hop, b: i64, only: Option<usize>) -> u64 {
+pub fn roll(e: &mut Entry, kinds: &[Kind], hop: &Hop, b: i64, spare: &mut Spare) -> u64 {
     let mut work = 0;
     while let Some(front) = e.ring.front() {
         if front.idx >= b - hop.m {
@@ -124,26 +208,22 @@ pub fn roll(e: &mut Entry, kinds: &[Kind], hop: &Hop, b: i64, only: Option<usize
         let front = e.ring.pop_front().unwrap();
         if e.absorbed > 0 {
             e.absorbed -= 1;
-            for (i, p) in front.parts.iter().enumerate() {
-                if let (Some(p), Some(st)) = (p, e.states[i].as_mut()) {
-                    if only.is_none_or(|o| o == i) {
-                        st.absorb(p, front.idx, -1);
-                    }
-                }
+            if e.absorbed == 1 {
+                spare.give(std::mem::take(&mut e.states)); // the window is the one left
+            } else if e.absorbed >= 2 {
+                absorb_into(&mut e.states, kinds, &front, -1);
             }
         }
+        spare.give(front.parts);
         work += 1;
     }
     while e.absorbed < e.ring.len() && e.ring[e.absorbed].idx < b {
-        let bk = &e.ring[e.absorbed];
-        for (i, p) in bk.parts.iter().enumerate() {
-            if let Some(p) = p {
-                if only.is_none_or(|o| o == i) {
-                    e.states[i].get_or_insert_with(|| State::new(kinds[i])).absorb(p, bk.idx, 1);
-                }
-            }
-        }
         e.absorbed += 1;
+        if e.absorbed == 2 {
+            refold(e, kinds, spare);
+        } else if e.absorbed > 2 {
+            absorb_into(&mut e.states, kinds, &e.ring[e.absorbed - 1], 1);
+        }
         work += 1;
     }
     work
@@ -169,6 +249,7 @@ pub struct GroupTable {
     free: Vec<u32>,
     spare: Vec<Entry>, // freed entries whose vectors the next new key reuses (no allocation)
     spare_keys: Vec<Key>,
+    spare_slots: Spare,
 }
 
 const SPARE_MAX: usize = 1024;
@@ -179,7 +260,7 @@ impl GroupTable {
     pub fn new() -> GroupTable {
         GroupTable { hop: None, rolls: 0, sweep: 0, sweep_tick: 0, sids: vec![], kinds: vec![], inputs: vec![], index: FxHashMap::default(),
                      entries: vec![], free: vec![], spare: vec![],
-                     spare_keys: vec![] }
+                     spare_keys: vec![], spare_slots: Spare::default() }
     }
 
     pub fn find(&self, key: &[Val]) -> Option<u32> {
@@ -197,7 +278,9 @@ impl GroupTable {
         entry.key.clear();
         entry.key.extend(key.iter().map(|v| v.canonical()));
         entry.states.clear();
-        entry.states.resize_with(self.sids.len(), || None);
+        if self.hop.is_none() {
+            entry.states.resize_with(self.sids.len(), || None); // calendar: see Entry::states
+        }
         let mut canon = self.spare_keys.pop().unwrap_or_default();
         canon.fill(&entry.key);
         let id = match self.free.pop() {
@@ -233,7 +316,7 @@ impl GroupTable {
     pub fn roll(&mut self, id: u32, b: i64) -> bool {
         let Some(hop) = self.hop else { return true };
         let e = self.entries[id as usize].as_mut().expect("live entry");
-        self.rolls += roll(e, &self.kinds, &hop, b, None);
+        self.rolls += roll(e, &self.kinds, &hop, b, &mut self.spare_slots);
         if entry_dead(e) {
             self.remove(id);
             return false;
@@ -258,24 +341,26 @@ impl GroupTable {
         }
     }
 
-    /// An event of key `id` at `ts` joins its bucket's partial (calendar tables; `only`:
-    /// one slot). Events come in time order, except when filling one new slot (`only`),
-    /// whose window state `rebuild` then recomputes.
+    /// An event of key `id` at `ts` joins its bucket's partial (calendar tables; `vals`:
+    /// (slot, value) for the slots it feeds). Events come in time order, except when filling
+    /// one new slot, whose window states `rebuild` then recomputes.
     pub fn insert_bucket(&mut self, id: u32, ts: i64, pos: u64, vals: &[(usize, Val)]) {
         let hop = self.hop.expect("calendar table");
         let bi = hop.bucket(ts);
         let n = self.sids.len();
         let e = self.entries[id as usize].as_mut().expect("live entry");
-        self.rolls += roll(e, &self.kinds, &hop, bi, None); // not freed: the event joins it
+        let spare = &mut self.spare_slots;
+        self.rolls += roll(e, &self.kinds, &hop, bi, spare); // not freed: the event joins it
         let at = match e.ring.back() {
             Some(b) if b.idx == bi => e.ring.len() - 1,
             Some(b) if b.idx > bi => match e.ring.binary_search_by_key(&bi, |b| b.idx) {
                 Ok(i) => i,
                 Err(i) => {
+                    e.ring.insert(i, Bucket { idx: bi, parts: spare.take(n) });
                     if i < e.absorbed {
-                        e.absorbed += 1;
+                        e.absorbed += 1; // an empty closed bucket: the window only refolds
+                        refold(e, &self.kinds, spare);
                     }
-                    e.ring.insert(i, Bucket { idx: bi, parts: vec![None; n] });
                     i
                 }
             },
@@ -283,7 +368,7 @@ impl GroupTable {
                 if e.ring.capacity() == 0 {
                     e.ring.reserve_exact(1); // most keys of a large table live one bucket
                 }
-                e.ring.push_back(Bucket { idx: bi, parts: vec![None; n] });
+                e.ring.push_back(Bucket { idx: bi, parts: spare.take(n) });
                 e.ring.len() - 1
             }
         };
@@ -293,17 +378,11 @@ impl GroupTable {
         }
     }
 
-    /// Recompute slot `slot`'s window state of every entry from its closed buckets (after
-    /// filling a new slot out of order).
-    pub fn rebuild(&mut self, slot: usize) {
+    /// Recompute every entry's window states from its closed buckets (after filling a new
+    /// slot out of order).
+    pub fn rebuild(&mut self) {
         for e in self.entries.iter_mut().flatten() {
-            e.states[slot] = None;
-            let absorbed = e.absorbed;
-            e.absorbed = 0;
-            let hop = Hop { every: 1, align: 0, m: i64::MAX / 4 };
-            let upto = if absorbed == 0 { i64::MIN / 2 } else { e.ring[absorbed - 1].idx + 1 };
-            roll(e, &self.kinds, &hop, upto, Some(slot));
-            e.absorbed = absorbed;
+            refold(e, &self.kinds, &mut self.spare_slots);
         }
     }
 
@@ -315,10 +394,16 @@ impl GroupTable {
             None => e.states[slot].clone(),
             Some(hop) => {
                 let mut e = e.clone();
-                roll(&mut e, &self.kinds, &hop, b, None);
-                e.states[slot].clone()
+                roll(&mut e, &self.kinds, &hop, b, &mut Spare::default());
+                e.window(slot).cloned()
             }
         }
+    }
+
+    /// Calendar entries holding window states apart from their buckets' partials (a debug
+    /// counter: tests check that a window of one closed bucket is not held twice).
+    pub fn held_windows(&self) -> usize {
+        self.entries.iter().flatten().filter(|e| e.holds_window()).count()
     }
 
     /// This table with every entry rolled to bucket `b` (the logical state, for digests).
@@ -342,6 +427,13 @@ impl GroupTable {
                 }
             }
             self.free.push(id);
+            for bk in e.ring.drain(..) {
+                self.spare_slots.give(bk.parts);
+            }
+            e.absorbed = 0;
+            if self.hop.is_some() {
+                self.spare_slots.give(std::mem::take(&mut e.states));
+            }
             if self.spare.len() < SPARE_MAX {
                 e.states.clear();
                 self.spare.push(e);
@@ -361,8 +453,10 @@ impl GroupTable {
         let mut dead = vec![];
         for (id, e) in self.entries.iter_mut().enumerate() {
             if let Some(e) = e {
-                let mut old: Vec<Option<State>> = std::mem::take(&mut e.states);
-                e.states = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
+                if self.hop.is_none() || !e.states.is_empty() {
+                    let mut old: Vec<Option<State>> = std::mem::take(&mut e.states);
+                    e.states = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
+                }
                 for b in e.ring.iter_mut() {
                     let mut old: Vec<Option<State>> = std::mem::take(&mut b.parts);
                     b.parts = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
@@ -375,6 +469,7 @@ impl GroupTable {
         for id in dead {
             self.remove(id);
         }
+        self.spare_slots.clear(); // vectors of the old slots' width and kinds
         self.sids = slots.iter().map(|s| s.0.clone()).collect();
         self.kinds = slots.iter().map(|s| s.1).collect();
         self.inputs = slots.iter().map(|s| s.2).collect();
@@ -420,6 +515,12 @@ impl GroupTable {
         };
         for (k, e) in kept {
             out.buf.extend_from_slice(&k);
+            if e.states.is_empty() {
+                // A calendar window of at most one closed bucket: no states of its own.
+                for _ in 0..self.sids.len() {
+                    out.u8(0);
+                }
+            }
             for s in &e.states {
                 state(out, s);
             }
@@ -450,16 +551,21 @@ impl GroupTable {
                 key.push(inp.val(py, strings)?);
             }
             let id = self.find_or_insert(&key);
+            let width = self.sids.len();
+            let mut states: Vec<Option<State>> = vec![None; width];
             for slot in map.iter() {
                 let st = if inp.u8()? == 1 { Some(State::read(py, inp, strings)?) } else { None };
                 if let (Some(i), Some(st)) = (slot, st) {
-                    self.entry_mut(id).states[*i] = Some(st);
+                    states[*i] = Some(st);
                 }
             }
             let nb = inp.u32()? as usize;
             let absorbed = inp.u32()? as usize;
-            let width = self.sids.len();
+            let calendar = self.hop.is_some();
             let e = self.entry_mut(id);
+            // A calendar window of one closed bucket is that bucket's partial: states a
+            // snapshot holds for it (files written before windows shared it) are dropped.
+            e.states = if calendar && absorbed.min(nb) < 2 { vec![] } else { states };
             e.ring.clear();
             e.absorbed = absorbed.min(nb);
             for _ in 0..nb {
