@@ -57,9 +57,11 @@ def serve(
 ) -> None:
     """Start a node. With no settings: embedded (file log, single node, RocksDB run store,
     local checkpoints under ./.railflow), preloaded with the W3 demo workflow and W1 metrics."""
+    from runner import gcpolicy
     from runner.service import Service
     from runner.settings import Settings
 
+    gcpolicy.for_serving()
     overrides = {k: v for k, v in (("host", host), ("port", port), ("node_id", node_id),
                                    ("server", server)) if v is not None}
     settings = Settings(**overrides)
@@ -99,13 +101,14 @@ def _serve_http(service, settings, overrides: dict, log_level: str) -> None:
         return
     import uvicorn
 
+    from runner import gcpolicy
     from runner.api.app import create_app
 
     # No proxy in front of a node: no proxy-headers middleware, and no Server/Date headers to
     # format for every answer.
-    uvicorn.run(create_app(service), host=settings.host, port=settings.port, http="httptools",
-                loop="uvloop", log_level=log_level, access_log=False, proxy_headers=False,
-                server_header=False, date_header=False)
+    uvicorn.run(create_app(service, on_started=gcpolicy.settle), host=settings.host,
+                port=settings.port, http="httptools", loop="uvloop", log_level=log_level,
+                access_log=False, proxy_headers=False, server_header=False, date_header=False)
 
 
 @demo_app.command("traffic")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -15,13 +16,15 @@ from runner.settings import Settings
 
 
 def create_app(service: Service | None = None, settings: Settings | None = None, *,
-               manage: bool = True, hot_path: bool = True) -> FastAPI:
+               manage: bool = True, hot_path: bool = True,
+               on_started: Callable[[], None] | None = None) -> FastAPI:
     """Return the Railflow HTTP application (OpenAPI at ``/docs``).
 
     With no ``service``, one is built from ``settings`` (or the environment). With ``manage``,
     the application starts the service on startup and stops it on shutdown. ``hot_path``
     serves the order and app-callback routes through ``runner.api.hot`` (off: through their
-    FastAPI routes alone, the reference the hot path is tested against)."""
+    FastAPI routes alone, the reference the hot path is tested against). ``on_started`` runs
+    once the service started (a serving process settles its garbage collector there)."""
     owned = manage
     svc = service or Service(settings or Settings())
 
@@ -29,6 +32,8 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
     async def lifespan(app: FastAPI):
         if owned:
             svc.start()
+        if on_started is not None:
+            on_started()
         yield
         if owned:
             svc.stop()
@@ -50,4 +55,7 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
 
 def app_from_env() -> FastAPI:
     """The application of a node configured by ``RAILFLOW_*`` variables (a server's factory)."""
-    return create_app()
+    from runner import gcpolicy
+
+    gcpolicy.for_serving()
+    return create_app(on_started=gcpolicy.settle)

@@ -1,0 +1,32 @@
+"""runner.gcpolicy: a serving process's collector settings, and create_app's on_started hook."""
+
+from __future__ import annotations
+
+import gc
+
+from fastapi.testclient import TestClient
+
+from runner import gcpolicy
+from runner.api.app import create_app
+from runner.settings import Settings
+
+
+def test_serving_thresholds_and_settle_freezes_what_is_alive() -> None:
+    before = gc.get_threshold()
+    try:
+        gcpolicy.for_serving()
+        assert gc.get_threshold() == gcpolicy.thresholds
+        alive = [[i] for i in range(1000)]  # containers the collector tracks
+        gcpolicy.settle()
+        assert gc.get_freeze_count() >= len(alive)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
+def test_on_started_runs_after_the_service_started(tmp_path) -> None:
+    seen = []
+    app = create_app(settings=Settings(data_dir=tmp_path, port=8998, demo=False),
+                     on_started=lambda: seen.append(app.state.service.node.applied_offset))
+    with TestClient(app):
+        assert len(seen) == 1  # node exists: the service had started
