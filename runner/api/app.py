@@ -6,6 +6,7 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.telemetry import TelemetryConfig
 
 from runner import __doc__ as runner_doc
 from runner.api import console_static, errors, sift
@@ -13,6 +14,9 @@ from runner.api.hot import HotPath
 from runner.api.routes import console, console_runs, events, metrics, ops, review, workflows
 from runner.service import Service
 from runner.settings import Settings
+
+NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False,
+                                 "operation_spans": False, "auto_configure": False}
 
 
 def create_app(service: Service | None = None, settings: Settings | None = None, *,
@@ -39,8 +43,10 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
             svc.stop()
 
     hot_path = hot_path and svc.settings.hot_path
+    # No OpenTelemetry here (the node's metrics are Prometheus'): FastAPI's own telemetry,
+    # on by default, looked up the global tracer and meter providers on every request.
     app = FastAPI(title="Railflow", version="0.1.0", description=runner_doc or "",
-                  lifespan=lifespan)
+                  lifespan=lifespan, telemetry=NO_TELEMETRY)
     app.state.service = svc
     errors.install(app)
     app.include_router(console.router)  # before workflows: /v1/workflows/check is static

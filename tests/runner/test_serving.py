@@ -1,4 +1,4 @@
-"""runner.gcpolicy: a serving process's collector settings, and create_app's on_started hook."""
+"""A serving process: runner.gcpolicy, create_app's on_started hook, FastAPI's telemetry off."""
 
 from __future__ import annotations
 
@@ -30,3 +30,10 @@ def test_on_started_runs_after_the_service_started(tmp_path) -> None:
                      on_started=lambda: seen.append(app.state.service.node.applied_offset))
     with TestClient(app):
         assert len(seen) == 1  # node exists: the service had started
+
+
+def test_fastapi_telemetry_is_off(tmp_path) -> None:
+    """No per-request OpenTelemetry lookups: the node's metrics are Prometheus'."""
+    app = create_app(settings=Settings(data_dir=tmp_path, port=8997, demo=False), manage=False)
+    assert not app._native_telemetry.enabled()
+    assert not any(app._telemetry[k] for k in ("tracing", "metrics", "logs", "operation_spans"))
