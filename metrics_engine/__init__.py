@@ -14,6 +14,9 @@ What the caller must do:
   field before anything changes; money is an int in minor units (sums stay exact ints);
 - group keys and distinct values compare by value: ``1`` and ``1.0`` are one key, ``true`` is
   another (booleans are not numbers), in memory, in snapshots and after a restore;
+- a float NaN or infinity is null to every metric, key and predicate (the reservoir stores it
+  as null, and an event must count the same live and read back); aggregations skip nulls
+  (``COUNT(*)`` and ``RATIO`` count every event);
 - after a crash, reopen the same ``data_dir`` and re-feed each stream from
   ``durable_positions()[stream]``; for replicas, use ``snapshot``/``restore`` and replay.
 

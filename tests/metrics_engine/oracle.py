@@ -9,6 +9,12 @@ from metrics_engine.language import MetricDef
 from metrics_engine.predicates import compile_expr
 
 
+def stored(v):
+    """A value as the engine takes it: NaN and infinities are null (the reservoir's JSON keeps
+    them so, and an event counts the same live and read back)."""
+    return None if type(v) is float and not math.isfinite(v) else v
+
+
 def canon(v):
     """The grouping rule: numbers by value (1 == 1.0), booleans apart from numbers."""
     if type(v) is bool:
@@ -37,7 +43,7 @@ def in_window(d: MetricDef, t: int, i: int, tj: int, j: int) -> bool:
 
 
 def aggregate(func: str, field, predicate, rows, t):
-    vals = [r.get(field) for r in rows] if field else []
+    vals = [stored(r.get(field)) for r in rows] if field else []
     nums = [Fraction(v) for v in vals if _num(v)]
     if func == "count":
         return len(rows) if field is None else sum(v is not None for v in vals)
@@ -92,13 +98,14 @@ def key_of(d: MetricDef, ev):
     if not d.group_by:
         return ()
     if len(d.group_by) == 1:
-        return canon(ev.get(d.group_by[0]))
-    return tuple(canon(ev.get(f)) for f in d.group_by)
+        return canon(stored(ev.get(d.group_by[0])))
+    return tuple(canon(stored(ev.get(f))) for f in d.group_by)
 
 
 def expected(d: MetricDef, events: list[tuple[int, dict]]) -> list:
     """Values of ``d`` for every event; ``events`` are (clamped ts, event) in log order."""
     where = compile_expr(d.where) if d.where is not None else None
+    events = [(t, {k: stored(v) for k, v in ev.items()}) for t, ev in events]
     out = []
     for i, (t, ev) in enumerate(events):
         k = key_of(d, ev)

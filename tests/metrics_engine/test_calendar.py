@@ -237,3 +237,61 @@ def test_keys_moving_between_one_and_many_closed_buckets_stay_exact(tmp_path):
             eng.restore(tmp_path / f"s{k}")
     assert held == {True, False}  # the run passed through both shapes
     eng.close()
+
+
+def test_nan_and_infinities_are_skipped_by_calendar_min_max_as_by_sliding_ones(tmp_path):
+    """The definition: MIN/MAX of a window is the least/greatest of its finite numbers (ints,
+    floats, booleans), the earliest of equals, null when there is none; NaN, +-inf and null
+    are skipped (the reservoir keeps non-finite floats as null, so a window must give the same
+    whether an event is read live or back from disk). The calendar path (one best per bucket,
+    folded when buckets close) gives at every event what the brute force gives, and at events
+    on a bucket's start exactly what the event-by-event sliding path gives over the same span
+    (``RANGE 3 SECONDS DELAY 1 MILLISECOND`` is ``[b - 3 s, b)`` at ``t = b``), value and type;
+    so does a calendar MIN/MAX added to the running stream and filled from the reservoir."""
+    nan, inf = float("nan"), float("inf")
+    hop = ("SELECT MIN(amount) AS mn, MAX(amount) AS mx FROM payments GROUP BY card "
+           "HOPPING 3 SECONDS EVERY 1 SECOND")
+    tum = ("SELECT MIN(amount) AS tmn, MAX(amount) AS tmx FROM payments GROUP BY card "
+           "TUMBLING 2 SECONDS")
+    slide = ("SELECT MIN(amount) AS smn, MAX(amount) AS smx FROM payments GROUP BY card "
+             "RANGE 3 SECONDS DELAY 1 MILLISECOND")
+    slide2 = ("SELECT MIN(amount) AS stmn, MAX(amount) AS stmx FROM payments GROUP BY card "
+              "RANGE 2 SECONDS DELAY 1 MILLISECOND")
+    late = ("SELECT MIN(amount) AS lmn, MAX(amount) AS lmx FROM payments GROUP BY card "
+            "HOPPING 4 SECONDS EVERY 2 SECONDS")
+    rng = random.Random(17)
+    values = [nan, nan, inf, -inf, None, 3, 3.0, True, 1, -2.5, 7, 7.0, -inf, nan]
+    t, stream = T0, []
+    for _ in range(400):
+        t += rng.choice([0, 250, 1000, 1000, 2000, 3500])
+        if rng.random() < 0.5:
+            t -= (t - T0) % 1000  # on a bucket's start
+        t = max(t, stream[-1][0] if stream else t)
+        card = rng.choice(["a", "b", "n"])  # "n" mostly sees NaN
+        amount = nan if card == "n" and rng.random() < 0.8 else rng.choice(values)
+        stream.append((t, {"card": card, "amount": amount}))
+    eng = Engine(tmp_path / "e", **OPTS)
+    for text in (hop, tum, slide, slide2):
+        eng.define(text)
+    half = len(stream) // 2
+    got = []
+    for i, (t, ev) in enumerate(stream):
+        if i == half:
+            eng.define(late)
+            eng.snapshot(tmp_path / "snap")
+            eng.close()
+            eng = Engine(tmp_path / "r", **OPTS)
+            eng.restore(tmp_path / "snap")
+        got.append(eng.ingest("payments", ev, t))
+    eng.close()
+    _check(parse(hop) + parse(tum) + parse(slide), stream, got)
+    _check(parse(late), stream, got[half:], start=half)
+    on_start = [i for i, (t, _) in enumerate(stream) if (t - T0) % 1000 == 0]
+    on_even = [i for i in on_start if (stream[i][0] - T0) % 2000 == 0]
+    assert len(on_start) > 100 and len(on_even) > 50
+    for i in on_start:
+        assert same(got[i]["mn"], got[i]["smn"]) and same(got[i]["mx"], got[i]["smx"]), i
+    for i in on_even:
+        assert same(got[i]["tmn"], got[i]["stmn"]) and same(got[i]["tmx"], got[i]["stmx"]), i
+    n_max = [g["mx"] for g, (_, ev) in zip(got, stream, strict=True) if ev["card"] == "n"]
+    assert None in n_max and any(v is not None for v in n_max)  # NaN-only and mixed windows

@@ -44,6 +44,17 @@ impl Kind {
     }
 }
 
+impl Kind {
+    /// Whether a state of this kind leaves value `v` out (adding it changes nothing).
+    pub fn skips(&self, v: &Val) -> bool {
+        match self {
+            Kind::Moments(_) | Kind::Extreme(_) => !v.is_numeric(),
+            Kind::Count | Kind::Distinct | Kind::Fifo | Kind::Recent => v.is_null(),
+            Kind::Ratio => false,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Func {
     Count,

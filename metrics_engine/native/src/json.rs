@@ -1,6 +1,7 @@
 //! Events to JSON for the reservoir's chunks, natively (the bytes `orjson.loads` reads back to
 //! the same event): null, booleans, 64-bit integers, finite floats (non-finite ones become
-//! null, as orjson writes them), strings, lists, tuples and dicts with string keys.
+//! null, as orjson writes them; `event` says when it did, so the caller can take the event
+//! as it will be read back), strings, lists, tuples and dicts with string keys.
 
 use std::io::Write;
 
@@ -55,7 +56,8 @@ fn string(out: &mut Vec<u8>, s: &str) {
 }
 
 /// Append the JSON of `v` to `out`.
-pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32) -> Result<(), NotJson> {
+pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32, nulled: &mut bool)
+             -> Result<(), NotJson> {
     if depth > 64 {
         return Err(NotJson("nests deeper than 64 levels".into()));
     }
@@ -74,6 +76,7 @@ pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32) -> Result<(), 
             let _ = write!(out, "{x:?}"); // the shortest round trip, with ".0" on integral values
         } else {
             out.extend_from_slice(b"null");
+            *nulled = true;
         }
     } else if let Ok(d) = v.downcast::<PyDict>() {
         out.push(b'{');
@@ -84,7 +87,7 @@ pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32) -> Result<(), 
             let k = k.downcast::<PyString>().map_err(|_| NotJson("has a key that is not a string".into()))?;
             string(out, k.to_str().map_err(|_| NotJson("has a key that is not UTF-8".into()))?);
             out.push(b':');
-            write(out, &x, depth + 1)?;
+            write(out, &x, depth + 1, nulled)?;
         }
         out.push(b'}');
     } else if let Ok(l) = v.downcast::<PyList>() {
@@ -93,7 +96,7 @@ pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32) -> Result<(), 
             if i > 0 {
                 out.push(b',');
             }
-            write(out, &x, depth + 1)?;
+            write(out, &x, depth + 1, nulled)?;
         }
         out.push(b']');
     } else if let Ok(t) = v.downcast::<PyTuple>() {
@@ -102,7 +105,7 @@ pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32) -> Result<(), 
             if i > 0 {
                 out.push(b',');
             }
-            write(out, &x, depth + 1)?;
+            write(out, &x, depth + 1, nulled)?;
         }
         out.push(b']');
     } else {
@@ -112,8 +115,10 @@ pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32) -> Result<(), 
     Ok(())
 }
 
-/// `[ts, event]` for a top-level event mapping; an error names the offending field.
-pub fn event(out: &mut Vec<u8>, ts: i64, ev: &Bound<'_, PyAny>) -> Result<(), (String, NotJson)> {
+/// `[ts, event]` for a top-level event mapping; an error names the offending field. Returns
+/// whether a non-finite float was written as null (the event read back differs from `ev`).
+pub fn event(out: &mut Vec<u8>, ts: i64, ev: &Bound<'_, PyAny>) -> Result<bool, (String, NotJson)> {
+    let mut nulled = false;
     out.clear();
     out.push(b'[');
     int(out, ts);
@@ -130,12 +135,12 @@ pub fn event(out: &mut Vec<u8>, ts: i64, ev: &Bound<'_, PyAny>) -> Result<(), (S
             };
             string(out, ks.to_str().map_err(|_| (name(), NotJson("is not UTF-8".into())))?);
             out.push(b':');
-            write(out, &x, 1).map_err(|e| (name(), e))?;
+            write(out, &x, 1, &mut nulled).map_err(|e| (name(), e))?;
         }
         out.push(b'}');
     } else {
-        write(out, ev, 0).map_err(|e| (String::new(), e))?;
+        write(out, ev, 0, &mut nulled).map_err(|e| (String::new(), e))?;
     }
     out.push(b']');
-    Ok(())
+    Ok(nulled)
 }

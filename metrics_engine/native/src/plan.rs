@@ -152,6 +152,12 @@ impl Core {
                 Core::key_of(&mut self.key, row, &g.key_fields);
                 let t = &mut self.tables[g.table];
                 let Some(id) = t.find(&self.key) else {
+                    // A key is freed once all its states are empty, which leaves in its window
+                    // only events every slot skipped (nulls; non-numbers for SUM or MIN, ...):
+                    // their evictions change nothing.
+                    if t.kinds.iter().zip(&t.inputs).all(|(k, i)| k.skips(&Core::input(*i, row))) {
+                        continue;
+                    }
                     return Err(format!("evicting position {pos} of a key with no state"));
                 };
                 let mut empty = true;
@@ -236,11 +242,21 @@ impl StreamCore {
             };
             if current { self.cur.vals[i] = x } else { self.tmp.vals[i] = x }
         }
+        self.preds_into(py, ev, current)
+    }
+
+    fn preds_into(&mut self, py: Python<'_>, ev: &Bound<'_, PyAny>, current: bool) -> PyResult<()> {
         for i in 0..self.preds.len() {
             let b = self.preds[i].bind(py).call1((ev,))?.is_truthy()?;
             if current { self.cur.preds[i] = b } else { self.tmp.preds[i] = b }
         }
         Ok(())
+    }
+
+    /// The event whose JSON is in `self.blob`, as the reservoir will give it back.
+    fn read_back<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let loads = py.import(pyo3::intern!(py, "orjson"))?.getattr(pyo3::intern!(py, "loads"))?;
+        loads.call1((PyBytes::new(py, &self.blob),))?.get_item(1)
     }
 
     fn input_error(&self, py: Python<'_>, field: &str, why: &str) -> PyErr {
@@ -297,10 +313,19 @@ impl StreamCore {
     fn step(&mut self, py: Python<'_>, event: &Bound<'_, PyAny>, ts: i64) -> PyResult<()> {
         // A bad event is refused before anything changes.
         self.lower_into(py, event, true)?;
-        if let Err((field, why)) = crate::json::event(&mut self.blob, ts, event) {
-            return Err(self.input_error(py, &field, &why.0));
+        match crate::json::event(&mut self.blob, ts, event) {
+            Err((field, why)) => Err(self.input_error(py, &field, &why.0)),
+            Ok(false) => self.take(py, event, ts),
+            Ok(true) => {
+                // It held NaN or an infinity, which the reservoir keeps as null: windows take
+                // the event as it will be read back (fields lower those floats to null
+                // already; predicates see null too), so an event evicted after a restart
+                // leaves as it came in.
+                let ev = self.read_back(py)?;
+                self.preds_into(py, &ev, true)?;
+                self.take(py, &ev, ts)
+            }
         }
-        self.take(py, event, ts)
     }
 
     /// Append the lowered, checked event (`self.cur`, its JSON in `self.blob`) and move the
@@ -623,9 +648,21 @@ impl StreamCore {
                 flags.push(p.bind(py).call1((&d,)).and_then(|x| x.is_truthy())
                     .map_err(|e| tag(e, i))?);
             }
-            if let Err((field, why)) = crate::json::event(&mut self.blob, t, d.as_any()) {
-                return Err(tag(self.input_error(py, &field, &why.0), i));
-            }
+            let d = match crate::json::event(&mut self.blob, t, d.as_any()) {
+                Err((field, why)) => return Err(tag(self.input_error(py, &field, &why.0), i)),
+                Ok(false) => d,
+                Ok(true) => {
+                    // NaN or an infinity, kept as null: as `step` does, the row is the event
+                    // read back.
+                    let ev = self.read_back(py)?.downcast_into::<PyDict>()?;
+                    flags.truncate(i * pwidth);
+                    for p in &self.preds {
+                        flags.push(p.bind(py).call1((&ev,)).and_then(|x| x.is_truthy())
+                            .map_err(|e| tag(e, i))?);
+                    }
+                    ev
+                }
+            };
             blobs.extend_from_slice(&self.blob);
             ends.push(blobs.len());
             events.push(d);

@@ -192,7 +192,10 @@ pub fn lower(v: &Bound<'_, PyAny>, strings: &mut Interner) -> Result<Val, LowerE
         return v.extract::<i64>().map(|i| Val::Int(i as i128)).map_err(|_| LowerError::OutOfRange);
     }
     if let Ok(f) = v.downcast::<PyFloat>() {
-        return Ok(Val::Float(f.value()));
+        // NaN and infinities are null: the reservoir's JSON keeps them so, and an event must
+        // count the same whether a window takes it live or reads it back.
+        let x = f.value();
+        return Ok(if x.is_finite() { Val::Float(x) } else { Val::Null });
     }
     Err(LowerError::NotScalar(v.get_type().name().map(|n| n.to_string()).unwrap_or_default()))
 }
