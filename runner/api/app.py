@@ -10,13 +10,31 @@ from fastapi.telemetry import TelemetryConfig
 
 from runner import __doc__ as runner_doc
 from runner.api import console_static, errors, sift
-from runner.api.hot import HotPath
+from runner.api.hot import BODY_METHODS, HotPath
 from runner.api.routes import console, console_runs, events, metrics, ops, review, workflows
 from runner.service import Service
 from runner.settings import Settings
 
 NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False,
                                  "operation_spans": False, "auto_configure": False}
+
+
+class RailflowAPI(FastAPI):
+    """FastAPI with the hot path in front of its whole middleware stack: a request with a body
+    goes to ``HotPath`` first, which serves it or hands it on to FastAPI's own ``__call__``
+    (as a middleware, an order first passed FastAPI's call and Starlette's error, telemetry
+    and body-limit layers: a coroutine each, for nothing the hot path needs)."""
+
+    hot: HotPath | None = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self.hot is not None and scope["type"] == "http" and scope["method"] in BODY_METHODS:
+            await self.hot(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    async def _stack(self, scope, receive, send) -> None:
+        await super().__call__(scope, receive, send)
 
 
 def create_app(service: Service | None = None, settings: Settings | None = None, *,
@@ -45,7 +63,7 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
     hot_path = hot_path and svc.settings.hot_path
     # No OpenTelemetry here (the node's metrics are Prometheus'): FastAPI's own telemetry,
     # on by default, looked up the global tracer and meter providers on every request.
-    app = FastAPI(title="Railflow", version="0.1.0", description=runner_doc or "",
+    app = RailflowAPI(title="Railflow", version="0.1.0", description=runner_doc or "",
                   lifespan=lifespan, telemetry=NO_TELEMETRY)
     app.state.service = svc
     errors.install(app)
@@ -55,7 +73,7 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
         app.include_router(module.router)
     sift.install(app)  # the Sift-compatible door (docs/sift.md)
     console_static.install(app)
-    app.add_middleware(HotPath, service=svc, serve=hot_path)
+    app.hot = HotPath(app._stack, service=svc, serve=hot_path)
     return app
 
 

@@ -60,8 +60,8 @@ _NOT_DECODED = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 
 class HotPath:
-    """ASGI middleware; install with ``app.add_middleware(HotPath, service=svc)``. With
-    ``serve=False`` it only bounds bodies and leaves every route to FastAPI."""
+    """ASGI middleware over an application (``create_app`` puts it in front of FastAPI's
+    whole stack). With ``serve=False`` it only bounds bodies and leaves every route to it."""
 
     def __init__(self, app: Any, service: Service, serve: bool = True) -> None:
         self.app = app

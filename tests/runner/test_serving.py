@@ -37,3 +37,30 @@ def test_fastapi_telemetry_is_off(tmp_path) -> None:
     app = create_app(settings=Settings(data_dir=tmp_path, port=8997, demo=False), manage=False)
     assert not app._native_telemetry.enabled()
     assert not any(app._telemetry[k] for k in ("tracing", "metrics", "logs", "operation_spans"))
+
+
+class _Recorder:
+    """Wraps FastAPI's middleware stack and notes the paths that reached it."""
+
+    def __init__(self, app) -> None:
+        self.app, self.paths = app, []
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http":
+            self.paths.append(scope["path"])
+        await self.app(scope, receive, send)
+
+
+def test_the_hot_path_serves_orders_before_fastapis_stack(tmp_path) -> None:
+    app = create_app(settings=Settings(data_dir=tmp_path, port=8996, demo=False))
+    with TestClient(app) as client:
+        key = app.state.service.auth.create_key("tests")
+        assert client.get("/healthz").status_code == 200  # FastAPI built its stack
+        app.middleware_stack = recorder = _Recorder(app.middleware_stack)
+        r = client.post("/v1/events", json={"event_id": "hot-1", "type": "order", "data": {}},
+                        headers={"Authorization": f"Bearer {key}"})
+        assert r.status_code == 200, r.text
+        assert recorder.paths == []
+        r = client.post("/v1/events", json={"event_id": "hot-2", "type": "order", "data": {}})
+        assert r.status_code == 401 and recorder.paths == ["/v1/events"]  # left to FastAPI
+        assert client.get("/healthz").status_code == 200 and recorder.paths[-1] == "/healthz"
