@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--raw", type=Path, default=Path("prof.txt"))
     parser.add_argument("--no-native", action="store_true",
-                        help="Python frames only (py-spy --native unwinds C frames, slower)")
+                        help="Python frames only, sampled without stopping the node (py-spy "
+                             "decides what is idle)")
     args = parser.parse_args(argv)
     spy = _py_spy()
     proc, url, key, data_dir = _start_embedded("uvicorn", True)
@@ -119,7 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [spy, "record", "--idle", "--threads", "-r", str(args.sample_rate), "-p",
                str(proc.pid), "-o", str(args.raw), "--format", "raw", "-d",
                str(int(duration_s) + 1), "--nonblocking"]
-        if not args.no_native:
+        if args.no_native:  # no native frames to tell a wait by: py-spy's own idle test
+            cmd.remove("--idle")
+        else:
             cmd.remove("--nonblocking")
             cmd.append("--native")
         spy_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
