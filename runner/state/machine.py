@@ -244,6 +244,9 @@ class RunnerStateMachine:
                 runs = [run_view(r, self.con) for r in self.con.execute(
                     f"SELECT {RUN_COLUMNS} FROM runs WHERE event_id = ? ORDER BY run_id",
                     [event_id]).fetchall()]
+            # only the runs of the sighting dedup holds: runs of an earlier one (the id sent
+            # again after the dedup retention) may still be held by the run retention
+            runs = [r for r in runs if r["run_id"] == ids.run_id(event_id, r["workflow_id"], seen)]
             return [Reply(ok=True, runs=runs, result={"duplicate": True, "offset": seen})]
         # All or nothing: whatever can refuse the event runs before anything changes; the
         # engine is fed only once the event passed, the runs are staged, and the event counts

@@ -298,3 +298,20 @@ def test_random_histories_remove_the_same_runs_on_replicas_and_restored_nodes(
     assert held_runs < len(sent)  # the retention removed some: the test can tell
     for m in nodes:
         m.close()
+
+
+def test_a_duplicate_gets_the_runs_of_the_sighting_dedup_holds_only(tmp_path):
+    """An id sent again after the dedup retention is a new event; while the run retention
+    still holds the first sighting's run, a duplicate of the second gets the second's run."""
+    a = machine(tmp_path, "a", run_ms=24 * HOUR, dedup_ms=HOUR)
+    log = Log(a)
+    setup_w3(log)
+    first = run_of(log.apply(entries.EVENT_RECEIVED, order("o-1"), ts=T0))
+    log.apply(entries.EVENT_RECEIVED, order("o-2", card="c2"), ts=T0 + 2 * HOUR)  # forgets o-1
+    second = run_of(log.apply(entries.EVENT_RECEIVED, order("o-1"), ts=T0 + 2 * HOUR + 1))
+    assert second["run_id"] != first["run_id"]
+    a.flush()  # the duplicate reads DuckDB, which holds both sightings' runs
+    again = reply(log.apply(entries.EVENT_RECEIVED, order("o-1"), ts=T0 + 2 * HOUR + 2))
+    assert again.result["duplicate"] and [r["run_id"] for r in again.runs] == [second["run_id"]]
+    assert held(a) >= {first["run_id"], second["run_id"]}
+    a.close()
