@@ -10,6 +10,7 @@ preloads the demo workflow into an empty state.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import shutil
 import threading
@@ -164,7 +165,12 @@ class Service:
             raise RequestInvalid("body", f"the request is {len(raw)} bytes as a log entry, over "
                                  f"{self.settings.log_entry_bytes_max}", 413)
         fut = self._submit_raw(kind, raw, timeout_s or self.settings.submit_timeout_s)
-        return await asyncio.wrap_future(fut)
+        # One hop back to this loop when the node resolves it; lighter than wrap_future
+        # (which looks the loop up again and chains cancellation back to the node's future,
+        # which nothing here needs: an entry appended is applied whether anyone waits).
+        waiter = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(functools.partial(_settle_threadsafe, waiter))
+        return await waiter
 
     @staticmethod
     def reply_of(applied: Applied) -> Reply:
@@ -281,6 +287,24 @@ def _next_writer_epoch(log_dir) -> int:
 
 def _settled(view: dict) -> bool:
     return view["state"] == "decided" or view.get("waiting_for") == "review"
+
+
+def _settle_threadsafe(waiter: asyncio.Future, fut: Future) -> None:
+    """From the thread that resolved ``fut``: settle ``waiter`` alike on its own loop."""
+    loop = waiter.get_loop()
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(_settle, waiter, fut)
+
+
+def _settle(waiter: asyncio.Future, fut: Future) -> None:
+    if waiter.done():  # the request went away (cancelled)
+        return
+    if fut.cancelled():
+        waiter.cancel()
+    elif (exc := fut.exception()) is not None:
+        waiter.set_exception(exc)
+    else:
+        waiter.set_result(fut.result())
 
 
 def _set_if_pending(fut: asyncio.Future, value: Any) -> None:
