@@ -3,8 +3,11 @@
 Offsets are record numbers from 0. A torn record at the tail (a crash mid-write) is cut off
 when the log is opened. Readers in the same process are woken on append; the file is for one
 writer process (the embedded mode has one node). Memory does not grow with the log: the index
-keeps the file position of one record in ``index_every_records`` (a reader opened mid-log
-seeks to the indexed record before it and skips forward); readers keep their own position.
+keeps the file position of one record in every ``stride`` (``index_every_records`` at first; a
+reader opened mid-log seeks to the indexed record before it and skips forward), and once it
+holds ``index_entries_max`` positions it keeps every other one and doubles the stride, so a
+reader opened on a long log reads past at most one stride (readers open rarely: at start, from
+a checkpoint's offset). Readers keep their own position. The file itself is not truncated.
 """
 
 from __future__ import annotations
@@ -20,12 +23,21 @@ from replog.errors import InvariantViolation
 
 _RECORD = struct.Struct(">II")  # length, crc32
 record_bytes_max = 16 * 1024 * 1024
-index_every_records = 4096  # 8 bytes of index per 4096 records
+index_every_records = 4096  # the first stride: 8 bytes of index per 4096 records
+index_entries_max = 4096  # then the stride doubles: the index stays under ~150 KB
 
 
-def _scan(path: pathlib.Path) -> tuple[list[int], int, int]:
-    """The sparse index, the number of valid records and the end of the last one."""
+def _thin(index: list[int], stride: int) -> tuple[list[int], int]:
+    """Keep every other position (records 0, 2*stride, ...) until the index fits."""
+    while len(index) > index_entries_max:
+        index, stride = index[::2], stride * 2
+    return index, stride
+
+
+def _scan(path: pathlib.Path) -> tuple[list[int], int, int, int]:
+    """The sparse index, its stride, the number of valid records and the end of the last."""
     index: list[int] = []
+    stride = index_every_records
     count, pos = 0, 0
     with open(path, "rb") as f:
         while True:
@@ -36,11 +48,12 @@ def _scan(path: pathlib.Path) -> tuple[list[int], int, int]:
             body = f.read(length)
             if length > record_bytes_max or len(body) < length or zlib.crc32(body) != crc:
                 break
-            if count % index_every_records == 0:
+            if count % stride == 0:
                 index.append(pos)
+                index, stride = _thin(index, stride)
             count += 1
             pos += _RECORD.size + length
-    return index, count, pos
+    return index, stride, count, pos
 
 
 class FileLog:
@@ -49,7 +62,7 @@ class FileLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.touch(exist_ok=True)
         self.fsync = fsync
-        self._index, self._count, end = _scan(self.path)
+        self._index, self._stride, self._count, end = _scan(self.path)
         self._file = open(self.path, "r+b")
         self._file.truncate(end)  # drop a torn tail
         self._file.seek(end)
@@ -69,7 +82,7 @@ class FileLog:
                 if len(r) > record_bytes_max:
                     raise ValueError(f"record longer than {record_bytes_max} bytes")
                 chunks.append(_RECORD.pack(len(r), zlib.crc32(r)) + r)
-                if count % index_every_records == 0:
+                if count % self._stride == 0:
                     indexed.append(pos)
                 count += 1
                 pos += _RECORD.size + len(r)
@@ -78,6 +91,7 @@ class FileLog:
             if self.fsync:
                 os.fsync(self._file.fileno())
             self._index.extend(indexed)
+            self._index, self._stride = _thin(self._index, self._stride)
             self._count = count
             self._end = pos
             self._cv.notify_all()
@@ -94,8 +108,8 @@ class FileLogReader:
         self._log = log
         self._file = open(log.path, "rb")
         with log._cv:
-            block = min(start_offset, max(0, log._count - 1)) // index_every_records
-            self._next = block * index_every_records
+            block = min(start_offset, max(0, log._count - 1)) // log._stride
+            self._next = block * log._stride
             self._file.seek(log._index[block] if log._index else 0)
         self._skip_to = start_offset  # records before it are read past, not returned
 
