@@ -222,9 +222,10 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
                         [min(gen.stored.values())])
             cur.unregister("_rows")
         if gen.outbox_done:
+            # Only pending rows are ever read (a new leader sends them again): a sent one goes,
+            # whether or not its run is still held.
             _register(cur, ("effect_id",), [(e,) for e in gen.outbox_done])
-            cur.execute("UPDATE outbox SET done = true FROM _rows d "
-                        "WHERE outbox.effect_id = d.effect_id")
+            cur.execute("DELETE FROM outbox WHERE effect_id IN (SELECT effect_id FROM _rows)")
             cur.unregister("_rows")
         if gen.runs_evicted:
             _evict(cur, gen.runs_evicted)
@@ -249,7 +250,6 @@ def _evict(cur: duckdb.DuckDBPyConnection, runs: list[tuple[str, int, int]]) -> 
                                     ("app_tasks", "created_ts", ts_max)):
             cur.execute(f"DELETE FROM {table} WHERE {bound} <= ? "
                         "AND run_id IN (SELECT run_id FROM _rows)", [value])
-        cur.execute("DELETE FROM outbox WHERE done AND run_id IN (SELECT run_id FROM _rows)")
     finally:
         cur.unregister("_rows")
 

@@ -1,7 +1,7 @@
 """Which finished runs leave the hot state (DuckDB), chosen inside apply from log time only.
 
-A run leaves DuckDB (its ``runs``, ``steps``, ``decisions`` and ``app_tasks`` rows, and its
-``outbox`` rows already done) once all of these hold:
+A run leaves DuckDB (its ``runs``, ``steps``, ``decisions`` and ``app_tasks`` rows; a webhook's
+``outbox`` row leaves once the webhook was sent, held run or not) once all of these hold:
 
 - it is decided (a decided run has no open task: its app and review tasks are done or expired);
 - the run store holds its final version: an ``EffectsDone`` confirmed the offset it was decided

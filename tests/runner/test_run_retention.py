@@ -315,3 +315,28 @@ def test_a_duplicate_gets_the_runs_of_the_sighting_dedup_holds_only(tmp_path):
     assert again.result["duplicate"] and [r["run_id"] for r in again.runs] == [second["run_id"]]
     assert held(a) >= {first["run_id"], second["run_id"]}
     a.close()
+
+
+def test_a_sent_webhook_leaves_the_outbox_even_after_its_run_left(pair):
+    """Webhooks are not waited for, so a run can be decided, stored and gone before its webhook
+    is confirmed sent: the confirmation must still remove the outbox row (a leak otherwise),
+    and a pending one stays for the next leader to send."""
+    from tests.runner.test_one_walk import definition
+
+    a, b = pair
+    log = Log(a, b)
+    log.apply(entries.WORKFLOW_PUBLISHED, {"workflow_id": "wh", "definition": definition()})
+    hooks = []
+    for i in range(2):
+        effects = log.apply(entries.EVENT_RECEIVED, order(f"w-{i}", amount=9000), ts=T0 + i)
+        hooks += [e.effect_id for e in effects if type(e).__name__ == "SendWebhook"]
+    assert len(hooks) == 2
+    sent = hooks[0]
+    log.apply(entries.EFFECTS_DONE, {"stored": [], "outbox": [sent]}, ts=T0 + 10)
+    for m in (a, b):
+        m.flush()
+        pending = {e for (e,) in m.con.execute("SELECT effect_id FROM outbox").fetchall()}
+        assert pending == {hooks[1]}
+    started = log.apply(entries.LEADER_STARTED, {}, ts=T0 + 11)
+    assert [e.effect_id for e in started if type(e).__name__ == "SendWebhook"] == [hooks[1]]
+    assert a.digest() == b.digest()
