@@ -202,7 +202,7 @@ def features_parity(spark, source: Path, spark_out: Path, texts: list[str],
 def bench_features(report: Report, spark, size, metrics: str, repeats: int,
                    work: Path) -> dict:
     """Run and report the features job on ``size``; return its figures for P5."""
-    from pipeline.features import point_in_time
+    from pipeline.feature_files import write_features
 
     texts = definitions(metrics)
     defs = parse_definitions(texts)
@@ -213,7 +213,7 @@ def bench_features(report: Report, spark, size, metrics: str, repeats: int,
     for _ in range(repeats):
         shutil.rmtree(spark_out, ignore_errors=True)
         t0 = time.perf_counter()
-        point_in_time(spark.read.parquet(str(source)), texts).write.parquet(str(spark_out))
+        write_features(spark.read.parquet(str(source)), texts, str(spark_out))
         spark_s.append(time.perf_counter() - t0)
         duck_s.append(run_duckdb(defs, source, duck_out))
     parity, parity_events = features_parity(spark, source, spark_out, texts, events)

@@ -161,10 +161,10 @@ def _compute_partition(batches: Iterator[pa.RecordBatch], texts: tuple[str, ...]
         yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def compute_set(events: DataFrame, pset: PartitionSet, defs: dict[str, MetricDef],
-                partitions: int, passthrough: bool = False) -> DataFrame:
-    """``seq`` (or, with ``passthrough``, every input column) plus the set's metric columns,
-    for every event of the set's stream."""
+def prepare_set(events: DataFrame, pset: PartitionSet, defs: dict[str, MetricDef],
+                passthrough: bool = False) -> tuple[DataFrame, pa.Schema, T.StructType]:
+    """(the set's events with the columns its engine reads first, the Arrow schema of
+    :func:`_compute_partition`'s output, the same as a Spark schema)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     source = events
@@ -181,10 +181,16 @@ def compute_set(events: DataFrame, pset: PartitionSet, defs: dict[str, MetricDef
         carried = [T.StructField(SEQ, T.LongType(), False)]
     out_schema = T.StructType(carried + [
         T.StructField(n, value_type(defs[n], events.schema), True) for n in pset.names])
-    arrow_schema = to_arrow_schema(out_schema)
+    return source.select(*cols), to_arrow_schema(out_schema), out_schema
+
+
+def compute_set(events: DataFrame, pset: PartitionSet, defs: dict[str, MetricDef],
+                partitions: int, passthrough: bool = False) -> DataFrame:
+    """``seq`` (or, with ``passthrough``, every input column) plus the set's metric columns,
+    for every event of the set's stream."""
+    source, arrow_schema, out_schema = prepare_set(events, pset, defs, passthrough)
     fn = functools.partial(_compute_partition, texts=pset.texts, schema=arrow_schema)
-    return map_in_log_order(source.select(*cols), list(pset.key), fn, out_schema.simpleString(),
-                            partitions)
+    return map_in_log_order(source, list(pset.key), fn, out_schema.simpleString(), partitions)
 
 
 def compute_group(events: DataFrame, group: FeatureGroup, defs: dict[str, MetricDef],

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from pipeline import backfill as backfill_mod
 from pipeline import backtest as backtest_mod
-from pipeline import feature_sets, features, synthetic_job
+from pipeline import feature_files, feature_sets, features, synthetic_job
 from pipeline.ordering import InvariantViolation, with_seq
 from pipeline.sources import read_events
 from workflows import Workflow, examples
@@ -95,9 +95,7 @@ def run_features(spark: SparkSession, events: str, metrics: str, out: str,
                  partitions: int | None = None) -> dict:
     defs = load_definitions(metrics)
     t0 = time.perf_counter()
-    df = features.point_in_time(read_events(spark, events), defs, partitions)
-    df.write.mode("overwrite").parquet(out)
-    n = spark.read.parquet(out).count()
+    n = feature_files.write_features(read_events(spark, events), defs, out, partitions)
     return {"job": "features", "events": n, "metrics": len(features.parse_definitions(defs)),
             "seconds": time.perf_counter() - t0, "out": out}
 
