@@ -56,14 +56,15 @@ PARITY_SAMPLE_EVENTS_MIN = 100_000
 DAY_MS = 86_400_000
 
 
-def dataset(size: str | int) -> Path:
-    """The synthetic data set as one Parquet file, generated once and cached."""
-    path = CACHE / f"events-{size}-{SEED}.parquet"
+def dataset(size: str | int, days: int | None = None) -> Path:
+    """The synthetic data set as one Parquet file, generated once and cached; with ``days``
+    only its first days (a slice: the same rows as the whole set's first days)."""
+    path = CACHE / f"events-{size}-{SEED}{f'-{days}d' if days else ''}.parquet"
     if not path.exists():
         CACHE.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         writer = None
-        for table in synthetic.iter_batches(size, SEED):
+        for table in synthetic.iter_batches(size, SEED, days):
             writer = writer or pq.ParquetWriter(tmp, table.schema, compression="zstd")
             writer.write_table(table)
         writer.close()
@@ -200,13 +201,14 @@ def features_parity(spark, source: Path, spark_out: Path, texts: list[str],
 
 
 def bench_features(report: Report, spark, size, metrics: str, repeats: int,
-                   work: Path) -> dict:
-    """Run and report the features job on ``size``; return its figures for P5."""
+                   work: Path, days: int | None = None) -> dict:
+    """Run and report the features job on ``size`` (its first ``days`` only, if given);
+    return its figures for P5."""
     from pipeline.feature_files import write_features
 
     texts = definitions(metrics)
     defs = parse_definitions(texts)
-    source = dataset(size)
+    source = dataset(size, days)
     events = pq.ParquetFile(source).metadata.num_rows
     spark_s, duck_s = [], []
     spark_out, duck_out = work / "features", work / "duck.parquet"
@@ -219,6 +221,7 @@ def bench_features(report: Report, spark, size, metrics: str, repeats: int,
     parity, parity_events = features_parity(spark, source, spark_out, texts, events)
     duck_bad = duckdb_mismatches(defs, spark_out, duck_out)
     sp, dk = spread(spark_s), spread(duck_s)
+    size = f"{size}-first-{days}d" if days else size
     report.add(job="features", engine="spark (engine code)", size=str(size), events=events,
                metrics=len(defs), seconds=sp, events_per_s=events / sp["median"],
                mismatches_vs_engine=parity, parity_events=parity_events,
@@ -310,6 +313,9 @@ def main() -> int:
                          "orders; quick tiny)")
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--skip-features", action="store_true")
+    ap.add_argument("--days", type=int, default=None,
+                    help="features on the data set's first DAYS days only (a slice, e.g. of "
+                         "month; P5 is then not measured)")
     ap.add_argument("--parity-size", default=None,
                     help="a second features run whose every value is checked (default small "
                          "beside month; 'none' to skip)")
@@ -328,9 +334,10 @@ def main() -> int:
     report = Report("pipeline_w4", args.quick)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    parity_size = args.parity_size or ("small" if size == "month" else "none")
+    parity_size = args.parity_size or ("small" if size == "month" and not args.days
+                                       else "none")
     if not args.skip_features:
-        run = bench_features(report, spark, size, metrics, repeats, work)
+        run = bench_features(report, spark, size, metrics, repeats, work, args.days)
         every = None
         if parity_size != "none" and parity_size != size:
             every = bench_features(report, spark, parity_size, metrics, 1, work)

@@ -215,9 +215,10 @@ def blocks(size: str | int) -> int:
     return _plan(size)[1]
 
 
-def iter_batches(size: str | int, seed: int) -> Iterator[pa.Table]:
-    """The data set one block (day) at a time, in log order."""
-    for b in range(blocks(size)):
+def iter_batches(size: str | int, seed: int, days: int | None = None) -> Iterator[pa.Table]:
+    """The data set one block (day) at a time, in log order; with ``days``, only its first
+    ``days`` blocks (the same rows: a slice of the data set, e.g. a day of ``month``)."""
+    for b in range(blocks(size) if days is None else min(days, blocks(size))):
         yield _block(size, seed, b)
 
 

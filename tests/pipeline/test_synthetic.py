@@ -67,3 +67,16 @@ def test_cli_writes_parquet(tmp_path):
     subprocess.run([sys.executable, "-m", "pipeline.synthetic", "--size", "tiny", "--seed", "7",
                     "--out", str(out)], check=True, capture_output=True)
     assert pq.read_table(out).equals(synthetic.generate("tiny", 7))
+
+
+
+def test_a_slice_of_days_is_the_data_sets_first_days():
+    from itertools import islice
+
+    from pipeline.synthetic import iter_batches
+
+    size = 1_500_000  # three days of 500 k
+    first = list(iter_batches(size, 7, days=2))
+    assert len(first) == 2
+    assert all(t.equals(b) for t, b in zip(first, islice(iter_batches(size, 7), 2),
+                                           strict=True))
