@@ -199,13 +199,22 @@ def compute_group(events: DataFrame, group: FeatureGroup, defs: dict[str, Metric
     return compute_set(events, PartitionSet(group.stream, group.key, (group,)), defs, partitions)
 
 
+def partitions_for(events: int, shuffle: int, slots: int) -> int:
+    """Enough partitions that no engine holds more than ``events_per_partition_max`` events,
+    at least ``shuffle``, and a multiple of the task ``slots`` (cores), so the last wave of
+    tasks keeps every core busy (15 partitions on 2 cores leave one idle for a whole task)."""
+    n = max(shuffle, -(-events // events_per_partition_max))
+    slots = max(1, slots)
+    return -(-n // slots) * slots
+
+
 def default_partitions(events: DataFrame) -> int:
-    """Enough partitions that no engine holds more than ``events_per_partition_max`` events
-    (every event of a 392-day window stays in the engine's memory-only reservoir), and at
-    least the session's shuffle partitions."""
-    shuffle = int(events.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+    """:func:`partitions_for` the events (every event of a 392-day window stays in the
+    engine's memory-only reservoir), the session's shuffle partitions and its cores."""
+    spark = events.sparkSession
+    shuffle = int(spark.conf.get("spark.sql.shuffle.partitions"))
     n = events.count()  # Parquet answers from its footers
-    return max(shuffle, -(-n // events_per_partition_max))
+    return partitions_for(n, shuffle, spark.sparkContext.defaultParallelism)
 
 
 def point_in_time(events: DataFrame, definitions: Sequence[str],

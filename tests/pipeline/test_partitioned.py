@@ -60,3 +60,16 @@ def test_out_of_order_input_is_refused():
     batch = pa.RecordBatch.from_pydict({"ts": [2, 1], "seq": [0, 1]})
     with pytest.raises(InvariantViolation):
         list(check_log_order(iter([batch])))
+
+
+def test_partitions_fill_every_core_and_cap_each_engine():
+    from pipeline.features import events_per_partition_max as cap
+    from pipeline.features import partitions_for
+
+    assert partitions_for(10_000, 8, 2) == 8
+    assert partitions_for(15_000_000, 8, 2) == 16  # month: 15 would idle a core a whole task
+    assert partitions_for(15_000_000, 8, 3) == 15
+    assert partitions_for(9_000_000, 4, 4) == 12
+    for n, shuffle, slots in [(15_000_000, 8, 2), (1, 1, 1), (3 * cap + 1, 2, 2)]:
+        p = partitions_for(n, shuffle, slots)
+        assert p % slots == 0 and p >= shuffle and -(-n // p) <= cap
