@@ -277,10 +277,13 @@ impl GroupTable {
         entry.absorbed = 0;
         entry.key.clear();
         entry.key.extend(key.iter().map(|v| v.canonical()));
-        entry.states.clear();
-        if self.hop.is_none() {
-            entry.states.resize_with(self.sids.len(), || None); // calendar: see Entry::states
-        }
+        if self.hop.is_some() {
+            entry.states.clear(); // see Entry::states
+        } else if entry.states.len() != self.sids.len() {
+            entry.states.clear();
+            entry.states.resize_with(self.sids.len(), || None);
+        } // else: a freed entry's states, emptied, of this table's slots
+
         let mut canon = self.spare_keys.pop().unwrap_or_default();
         canon.fill(&entry.key);
         let id = match self.free.pop() {
@@ -435,7 +438,11 @@ impl GroupTable {
                 self.spare_slots.give(std::mem::take(&mut e.states));
             }
             if self.spare.len() < SPARE_MAX {
-                e.states.clear();
+                // The next new key takes these states emptied (W1's 120 windows make and
+                // free an entry per window for most events: no allocation for its states).
+                for st in e.states.iter_mut().flatten() {
+                    st.clear();
+                }
                 self.spare.push(e);
             }
         }
@@ -470,6 +477,9 @@ impl GroupTable {
             self.remove(id);
         }
         self.spare_slots.clear(); // vectors of the old slots' width and kinds
+        for e in self.spare.iter_mut() {
+            e.states.clear();
+        }
         self.sids = slots.iter().map(|s| s.0.clone()).collect();
         self.kinds = slots.iter().map(|s| s.1).collect();
         self.inputs = slots.iter().map(|s| s.2).collect();
