@@ -104,6 +104,9 @@ pub struct Entry {
     /// are closed and inside the window, the rest are open.
     pub ring: std::collections::VecDeque<Bucket>,
     pub absorbed: usize,
+    /// Which key this slot holds: a new entry takes the table's next number, so an id kept
+    /// from an earlier lookup is known stale once its slot is freed or reused.
+    pub gen: u64,
 }
 
 impl Entry {
@@ -250,6 +253,7 @@ pub struct GroupTable {
     spare: Vec<Entry>, // freed entries whose vectors the next new key reuses (no allocation)
     spare_keys: Vec<Key>,
     spare_slots: Spare,
+    gens: u64,
 }
 
 const SPARE_MAX: usize = 1024;
@@ -260,7 +264,7 @@ impl GroupTable {
     pub fn new() -> GroupTable {
         GroupTable { hop: None, rolls: 0, sweep: 0, sweep_tick: 0, sids: vec![], kinds: vec![], inputs: vec![], index: FxHashMap::default(),
                      entries: vec![], free: vec![], spare: vec![],
-                     spare_keys: vec![], spare_slots: Spare::default() }
+                     spare_keys: vec![], spare_slots: Spare::default(), gens: 0 }
     }
 
     pub fn find(&self, key: &[Val]) -> Option<u32> {
@@ -272,7 +276,9 @@ impl GroupTable {
             return id;
         }
         let mut entry = self.spare.pop().unwrap_or_else(|| Entry {
-            key: vec![], states: vec![], ring: Default::default(), absorbed: 0 });
+            key: vec![], states: vec![], ring: Default::default(), absorbed: 0, gen: 0 });
+        self.gens += 1;
+        entry.gen = self.gens;
         entry.ring.clear();
         entry.absorbed = 0;
         entry.key.clear();
@@ -298,6 +304,11 @@ impl GroupTable {
         };
         self.index.insert(canon, id);
         id
+    }
+
+    /// Whether `id` still holds the entry that had generation `gen`.
+    pub fn holds(&self, id: u32, gen: u64) -> bool {
+        self.entries.get(id as usize).and_then(|e| e.as_ref()).is_some_and(|e| e.gen == gen)
     }
 
     pub fn entry(&self, id: u32) -> &Entry {

@@ -67,6 +67,10 @@ struct Core {
     tables: Vec<GroupTable>,
     key: Vec<Val>,
     slot_vals: Vec<(usize, Val)>,
+    /// Per table, the entry the current event was inserted into: (its id, generation), or
+    /// none. Reading the event's values finds its key there instead of in the table's index
+    /// (with one table per window, 120 windows make 120 index lookups fewer per event).
+    found: Vec<Option<(u32, u64)>>,
 }
 
 impl Core {
@@ -83,8 +87,10 @@ impl Core {
         }
     }
 
-    /// Insert into window `w` (or only into slot `only` = (table, slot)).
-    fn insert(&mut self, w: usize, row: &Row, ts: i64, pos: u64, only: Option<(usize, usize)>) {
+    /// Insert into window `w` (or only into slot `only` = (table, slot)); `current`: the row
+    /// is the event being ingested, whose values are read next (see `found`).
+    fn insert(&mut self, w: usize, row: &Row, ts: i64, pos: u64, only: Option<(usize, usize)>,
+              current: bool) {
         let win = &self.windows[w];
         if pos < win.start_pos {
             return;
@@ -100,6 +106,9 @@ impl Core {
                 Core::key_of(&mut self.key, row, &g.key_fields);
                 let t = &mut self.tables[g.table];
                 let id = t.find_or_insert(&self.key);
+                if current {
+                    self.found[g.table] = Some((id, t.entry(id).gen));
+                }
                 if let Some(hop) = t.hop {
                     // A calendar window: the event joins its bucket; the window takes the
                     // bucket in when it closes (see keyed.rs).
@@ -130,7 +139,10 @@ impl Core {
     /// The entry of `self.key` in `table` as of time `t` (a calendar table rolls it first).
     fn read(&mut self, table: usize, t: i64) -> Option<&crate::keyed::Entry> {
         let tb = &mut self.tables[table];
-        let id = tb.find(&self.key)?;
+        let id = match self.found[table] {
+            Some((id, gen)) if tb.holds(id, gen) => id,
+            _ => tb.find(&self.key)?,
+        };
         if let Some(hop) = tb.hop {
             if !tb.roll(id, hop.bucket(t)) {
                 return None;
@@ -335,6 +347,7 @@ impl StreamCore {
         let chunks = self.chunks.bind(py).len();
         let pos = self.append(py, &res, ts, event)?;
         let next_pos = pos + 1;
+        self.core.found.iter_mut().for_each(|f| *f = None);
         for oi in 0..self.order.len() {
             let ci = self.order[oi];
             let c = &self.cursors[ci];
@@ -342,7 +355,7 @@ impl StreamCore {
                 // Fast path: the shared current-event tail takes only this event.
                 for wi in 0..c.inserts.len() {
                     let w = self.cursors[ci].inserts[wi];
-                    self.core.insert(w, &self.cur, ts, pos, None);
+                    self.core.insert(w, &self.cur, ts, pos, None, true);
                 }
                 let c = &mut self.cursors[ci];
                 c.pos = next_pos;
@@ -407,7 +420,7 @@ impl StreamCore {
             let pos = self.cursors[ci].pos;
             let c = &self.cursors[ci];
             for &w in &c.inserts {
-                self.core.insert(w, &self.tmp, ts, pos, None);
+                self.core.insert(w, &self.tmp, ts, pos, None, false);
             }
             for &w in &c.evicts {
                 if let Err(m) = self.core.evict(w, &self.tmp, ts, pos) {
@@ -497,7 +510,7 @@ impl StreamCore {
         Ok(StreamCore {
             res, chunks, input_error, invariant, fields: vec![], preds: vec![], cursors: vec![],
             order: vec![], outputs: vec![],
-            core: Core { windows: vec![], tables: vec![], key: vec![], slot_vals: vec![] },
+            core: Core { windows: vec![], tables: vec![], key: vec![], slot_vals: vec![], found: vec![] },
             gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
@@ -570,6 +583,7 @@ impl StreamCore {
                 .collect::<PyResult<Vec<_>>>()?;
             outs.push(Output { table, key_fields, window, pred, metrics });
         }
+        self.core.found = vec![None; tables.len()];
         self.core.tables = tables;
         self.core.windows = wins;
         self.outputs = outs;
@@ -729,7 +743,7 @@ impl StreamCore {
         };
         self.scan(py, start, end, |me, py, ts, pos, ev| {
             me.lower_into(py, ev, false)?;
-            me.core.insert(window, &me.tmp, ts, pos, only);
+            me.core.insert(window, &me.tmp, ts, pos, only, false);
             Ok(true)
         })?;
         if let Some((t, _)) = only {
