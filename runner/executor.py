@@ -57,7 +57,7 @@ class EffectExecutor:
         self._counters = counters
         self._app_urls = app_urls
         self._secrets = secrets
-        self._pending: list[StoreRun] = []  # taken whole by the writer
+        self._pending: list[tuple[StoreRun, int | None]] = []  # (run, term): taken whole
         self._pending_cv = threading.Condition()
         self._lock = threading.Lock()
         self._stored: dict[str, int] = {}
@@ -77,14 +77,17 @@ class EffectExecutor:
         return httpx.AsyncClient(limits=httpx.Limits(max_connections=64))
 
     # ---------------------------------------------------------------- entry point
-    def handle(self, entry: Any, effects: list[Any], leader: bool) -> None:
+    def handle(self, entry: Any, effects: list[Any], leader: bool,
+               writer_id: int | None = None) -> None:
+        """Carry out what applying ``entry`` asked of this node; ``writer_id`` is this node's
+        term while it leads (the run store orders a term's writes by it)."""
         for effect in effects:
             if isinstance(effect, RunChanged):
                 self._on_run_changed(effect.run)
             if not leader:
                 continue
             if isinstance(effect, StoreRun):
-                self._store_later(effect)
+                self._store_later(effect, writer_id)
             elif isinstance(effect, CallApp):
                 asyncio.run_coroutine_threadsafe(self._call_app(effect), self._loop)
             elif isinstance(effect, SendWebhook):
@@ -112,15 +115,15 @@ class EffectExecutor:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
     # ---------------------------------------------------------------- run store
-    def _store_later(self, effect: StoreRun) -> None:
+    def _store_later(self, effect: StoreRun, writer_id: int | None) -> None:
         with self._pending_cv:
             while len(self._pending) >= store_queue_runs_max and self._running:
                 self._pending_cv.wait(0.5)  # far behind: back-pressure on apply
-            self._pending.append(effect)
+            self._pending.append((effect, writer_id))
             if len(self._pending) == 1:  # the writer waits only on an empty list
                 self._pending_cv.notify()
 
-    def _take_batch(self) -> list[StoreRun]:
+    def _take_batch(self) -> list[tuple[StoreRun, int | None]]:
         """The oldest pending runs (up to a batch), once some are due; [] after 0.2 s idle."""
         with self._pending_cv:
             if not self._pending:
@@ -141,27 +144,39 @@ class EffectExecutor:
             batch = self._take_batch()
             if not batch:
                 continue
-            latest: dict[str, StoreRun] = {}  # one write per run: its newest version
-            for e in batch:
+            # One write per run, its newest version, under the term that produced it (a node
+            # led again may still hold versions of its earlier term).
+            latest: dict[str, tuple[StoreRun, int | None]] = {}
+            for e, term in batch:
                 seen = latest.get(e.run["run_id"])
-                if seen is None or e.run["offset"] >= seen.run["offset"]:
-                    latest[e.run["run_id"]] = e
-            records = [RunRecord(**e.record) for e in latest.values()]  # off the apply thread
-            delay_ms = 50
-            while self._running:
-                try:
-                    self._store.put_many(records)
-                    self.store_error = None
-                    break
-                except Exception as exc:  # noqa: BLE001 - the store is down: retry, never drop
-                    log.warning("run store write of %d runs failed: %s", len(records), exc)
-                    self.store_error = f"{type(exc).__name__}: {exc}"
-                    time.sleep(delay_ms / 1000)
-                    delay_ms = min(store_retry_ms_max, delay_ms * 2)
+                if seen is None or e.run["offset"] >= seen[0].run["offset"]:
+                    latest[e.run["run_id"]] = (e, term)
+            by_term: dict[int | None, list[RunRecord]] = {}
+            for e, term in latest.values():  # records built off the apply thread
+                by_term.setdefault(term, []).append(RunRecord(**e.record))
+            records = [r for group in by_term.values() for r in group]
+            for term, group in sorted(by_term.items(), key=lambda t: -1 if t[0] is None else t[0]):
+                if not self._put_until_done(group, term):
+                    return  # stopped: unwritten runs are not confirmed (a leader re-drives them)
             self._counters.runs_stored.inc(len(records))
             with self._lock:
                 for r in records:
                     self._stored[r.run_id] = max(r.offset, self._stored.get(r.run_id, -1))
+
+    def _put_until_done(self, records: list[RunRecord], writer_id: int | None) -> bool:
+        """Write, retrying until it works; False only if the executor stopped first."""
+        delay_ms = 50
+        while self._running:
+            try:
+                self._store.put_many(records, writer_id)
+                self.store_error = None
+                return True
+            except Exception as exc:  # noqa: BLE001 - the store is down: retry, never drop
+                log.warning("run store write of %d runs failed: %s", len(records), exc)
+                self.store_error = f"{type(exc).__name__}: {exc}"
+                time.sleep(delay_ms / 1000)
+                delay_ms = min(store_retry_ms_max, delay_ms * 2)
+        return False
 
     # ---------------------------------------------------------------- apps and webhooks
     async def _call_app(self, effect: CallApp) -> None:

@@ -184,7 +184,8 @@ class Service:
 
     # ---------------------------------------------------------------- run waiters
     def _on_effects(self, entry: Any, effects: list[Any]) -> None:
-        self.executor.handle(entry, effects, self.node.is_leader)
+        term = self.node.my_writer_id
+        self.executor.handle(entry, effects, term is not None and self.node.is_leader, term)
 
     def _run_changed(self, view: dict) -> None:
         with self._waiters_lock:

@@ -73,7 +73,12 @@ class RunRecord:
 class RunStore(Protocol):
     """Where runs live outside the replicated state. Every method may block on I/O."""
 
-    def put_many(self, runs: list[RunRecord]) -> None: ...
+    def put_many(self, runs: list[RunRecord], writer_id: int | None = None) -> None:
+        """Write each run's version. ``writer_id``: the leadership term (the replog writer id)
+        in which this node produced these versions; within a term a later call carries newer
+        versions, and a later term's writes are never hidden by an earlier one's (a deposed
+        leader still draining its queue). Stores that compare ``offset`` may ignore it."""
+        ...
 
     def get(self, run_id: str) -> RunRecord | None: ...
 

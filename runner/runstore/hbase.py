@@ -2,9 +2,16 @@
 
 One table, four column families: ``event`` (the event as received), ``path`` (state, steps,
 workflow version, metric values), ``decision`` (the decision reached) and ``index`` (rows that
-point from an order id, card or customer to a run). Each cell is written with HBase timestamp
-``offset + 1`` of the entry that produced it, so a re-driven older write never hides a newer
-one and writing the same version twice is harmless. One ``put_many`` is one Thrift batch.
+point from an order id, card or customer to a run). Cell timestamps order the versions, so a
+re-driven older write never hides a newer one and writing the same version twice is harmless:
+
+- with the writer's term (``put_many(runs, writer_id)``, what the leader's executor passes), every
+  cell of one call gets ``writer_id << 32 | n``, ``n`` counting this store's calls: one Thrift
+  batch per call (Thrift1 takes one timestamp per batch). A leader produces versions in log
+  order and writes them in that order, and a later term has a larger writer id, so the newest
+  version carries the largest timestamp; a deposed leader's late writes lose to its successor's.
+- without it, each run's cells get ``offset + 1`` of the entry that produced the version: one
+  batch per distinct offset (a Thrift call per run, in practice).
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ def _record(run_id: str, row: dict[bytes, bytes]) -> RunRecord:
 class HBaseRunStore:
     def __init__(self, host: str, port: int, table: str) -> None:
         self._table_name = table
+        self._calls = 0  # orders the writes of one term (see the module's docstring)
         self._pool = happybase.ConnectionPool(
             size=pool_connections_max, host=host, port=port, timeout=thrift_timeout_ms
         )
@@ -90,12 +98,18 @@ class HBaseRunStore:
                     raise
         return None
 
-    def put_many(self, runs: list[RunRecord]) -> None:
+    def put_many(self, runs: list[RunRecord], writer_id: int | None = None) -> None:
         if not runs:
             return
         by_ts: dict[int, list[RunRecord]] = defaultdict(list)
-        for run in runs:
-            by_ts[run.offset + 1].append(run)
+        if writer_id is not None:
+            if not 0 <= writer_id < 1 << 31:
+                raise ValueError(f"writer id {writer_id} does not fit a cell timestamp")
+            self._calls += 1
+            by_ts[writer_id << 32 | self._calls] = runs
+        else:
+            for run in runs:
+                by_ts[run.offset + 1].append(run)
         self._call(lambda table: self._put(table, by_ts))
 
     @staticmethod

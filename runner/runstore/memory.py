@@ -15,7 +15,7 @@ class MemoryRunStore:
         self._index: list[bytes] = []  # sorted index keys
         self._lock = threading.Lock()
 
-    def put_many(self, runs: list[RunRecord]) -> None:
+    def put_many(self, runs: list[RunRecord], writer_id: int | None = None) -> None:
         with self._lock:
             for run in runs:
                 key = keys.run_key(run.run_id)

@@ -19,7 +19,7 @@ class RocksRunStore:
         self._db = Rdict(str(path), options)
         self._lock = threading.Lock()  # read-compare-write of one run must not interleave
 
-    def put_many(self, runs: list[RunRecord]) -> None:
+    def put_many(self, runs: list[RunRecord], writer_id: int | None = None) -> None:
         if not runs:
             return
         with self._lock:

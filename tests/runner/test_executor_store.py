@@ -25,14 +25,16 @@ class CountingStore(MemoryRunStore):
     def __init__(self, failures: int = 0) -> None:
         super().__init__()
         self.writes: list[list[tuple[str, int]]] = []
+        self.terms: list[int | None] = []  # the writer id each write carried
         self.failures = failures
 
-    def put_many(self, runs):
+    def put_many(self, runs, writer_id=None):
         if self.failures:
             self.failures -= 1
             raise OSError("store down")
         self.writes.append([(r.run_id, r.offset) for r in runs])
-        super().put_many(runs)
+        self.terms.append(writer_id)
+        super().put_many(runs, writer_id)
 
 
 def _executor(store, tmp_path) -> EffectExecutor:
@@ -82,5 +84,23 @@ def test_a_follower_writes_nothing(tmp_path):
         ex.handle(None, [StoreRun(_run("r1", 3))], leader=False)
         time.sleep(0.1)
         assert store.writes == [] and ex.store_backlog() == 0
+    finally:
+        ex.close()
+
+
+def test_each_write_carries_the_term_its_versions_were_produced_in(tmp_path):
+    """A node led again may still hold versions of its earlier term: they are written under
+    that term (so its successor's writes, in between, are not hidden by them), each run once at
+    its newest version, the earlier term first."""
+    store = CountingStore()
+    ex = _executor(store, tmp_path)
+    try:
+        ex.handle(None, [StoreRun(_run("r1", 5, "waiting")), StoreRun(_run("r2", 6))],
+                  leader=True, writer_id=3)
+        ex.handle(None, [StoreRun(_run("r1", 9)), StoreRun(_run("r4", 10))],
+                  leader=True, writer_id=7)
+        assert _confirmed(ex, 3) == {"r1": 9, "r2": 6, "r4": 10}
+        assert list(zip(store.terms, store.writes, strict=True)) == [
+            (3, [("r2", 6)]), (7, [("r1", 9), ("r4", 10)])]
     finally:
         ex.close()

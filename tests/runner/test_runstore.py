@@ -44,6 +44,42 @@ def test_get_returns_latest_version_and_ignores_older_rewrite(store):
     assert store.get("missing") is None
 
 
+def test_a_later_terms_write_is_not_hidden_by_a_deposed_leaders_late_one(store):
+    """Written with the writer's term, as the leader's executor does: within a term a later
+    call is newer; a deposed leader (smaller writer id) draining its queue afterwards loses."""
+    store.put_many([_run(1, offset=5)], writer_id=6)
+    store.put_many([_run(1, offset=9, state="decided"), _run(2, offset=9)], writer_id=6)
+    store.put_many([_run(1, offset=5), _run(2, offset=4)], writer_id=5)  # the old leader
+    assert store.get("r1").state == "decided" and store.get("r2").offset == 9
+    store.put_many([_run(1, offset=12, state="decided")], writer_id=8)  # a newer term
+    assert store.get("r1").offset == 12
+
+
+@pytest.mark.cluster
+def test_hbase_writes_a_terms_batch_in_one_thrift_call(monkeypatch):
+    """With the writer's term every run of a call shares one cell timestamp: one Thrift batch,
+    where a timestamp per offset took one call per run."""
+    import happybase
+
+    from runner.runstore.hbase import HBaseRunStore
+
+    sent = []
+    real_send = happybase.Batch.send
+    monkeypatch.setattr(happybase.Batch, "send", lambda b: (sent.append(b), real_send(b)))
+    s = HBaseRunStore(endpoints.HBASE_THRIFT_HOST, endpoints.HBASE_THRIFT_PORT,
+                      f"runs_test_{uuid.uuid4().hex[:12]}")
+    try:
+        s.put_many([_run(i, offset=10 + i) for i in range(20)], writer_id=4)
+        assert len(sent) == 1
+        assert {s.get(f"r{i}").offset for i in range(20)} == set(range(10, 30))
+        s.put_many([_run(i, offset=40 + i) for i in range(100, 120)])  # no term
+        assert len(sent) == 21
+        with pytest.raises(ValueError):
+            s.put_many([_run(1)], writer_id=1 << 31)
+    finally:
+        s.close()
+
+
 def test_lookups_by_order_card_customer(store):
     store.put_many([_run(i, card="c1" if i < 3 else "c2") for i in range(5)])
     assert sorted(r.run_id for r in store.lookup("card", "c1")) == ["r0", "r1", "r2"]
