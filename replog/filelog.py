@@ -96,8 +96,8 @@ class FileLog:
             self._end = pos
             self._cv.notify_all()
 
-    def open_reader(self, start_offset: int) -> FileLogReader:
-        return FileLogReader(self, start_offset)
+    def open_reader(self, start_offset: int, *, follower: bool = False) -> FileLogReader:
+        return FileLogReader(self, start_offset)  # a local file costs nothing to wait on
 
     def close(self) -> None:
         self._file.close()

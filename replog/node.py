@@ -153,7 +153,8 @@ class Node:
                     f"{self.start_offset}: restore a newer checkpoint, or lengthen the log's "
                     "retention"
                 )
-        self._reader = self.log.open_reader(self.start_offset)
+        self._reader = self.log.open_reader(self.start_offset, follower=True)
+        self._reader_follower = True  # a node starts as a follower
         self._running = True
         for name, target in (("loop", self._loop), ("appender", self._appender)):
             t = threading.Thread(target=target, name=f"replog-{name}-{self.node_id}", daemon=True)
@@ -256,6 +257,9 @@ class Node:
         read_at = probed_at = time.monotonic()
         try:
             while self._running:
+                following = self.core.role is Role.FOLLOWER
+                if following != self._reader_follower:  # led or deposed: read as the role asks
+                    self._swap_reader(following)
                 now = time.monotonic()
                 if read_at < self._appended_at < now - reader_stall_s:
                     self._reopen_reader("the log took an append over %.0fs ago")
@@ -308,21 +312,26 @@ class Node:
             return False
 
     def _reopen_reader(self, why: str) -> None:
-        offset = self.core.next_offset
         log.warning("%s: " + why + " and nothing was read since: reopening the reader at "
-                    "offset %d", self.node_id, reader_stall_s, offset)
+                    "offset %d", self.node_id, reader_stall_s, self.core.next_offset)
+        if self._swap_reader(self._reader_follower):
+            self.reader_reopens += 1
+
+    def _swap_reader(self, follower: bool) -> bool:
+        """Read on from the next offset with a new reader (on the loop thread, between polls:
+        nothing read is lost); the old one stays if the new one cannot be opened."""
         try:
-            fresh = self.log.open_reader(offset)
+            fresh = self.log.open_reader(self.core.next_offset, follower=follower)
         except Exception as e:  # noqa: BLE001 - keep the old reader; tried again later
             self.read_error = f"reopening the reader failed: {type(e).__name__}: {e}"
             log.warning("%s", self.read_error)
-            return
-        old, self._reader = self._reader, fresh
-        self.reader_reopens += 1
+            return False
+        old, self._reader, self._reader_follower = self._reader, fresh, follower
         try:
             old.close()
-        except Exception:  # the stuck reader is dropped anyway
-            log.debug("closing the stuck reader failed", exc_info=True)
+        except Exception:  # the old reader is dropped anyway
+            log.debug("closing the old reader failed", exc_info=True)
+        return True
 
     def _process(self, entry: Entry) -> None:
         with self._lock:

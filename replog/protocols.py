@@ -56,7 +56,10 @@ class LogAdapter(Protocol):
         One call is one group commit: many requests share one produce-and-flush.
         """
 
-    def open_reader(self, start_offset: int) -> LogReader: ...
+    def open_reader(self, start_offset: int, *, follower: bool = False) -> LogReader:
+        """A reader from ``start_offset``; a ``follower``'s may wait a few ms to fetch records
+        together (cheaper), a leader's returns each record at once."""
+        ...
 
     def close(self) -> None: ...
 

@@ -48,8 +48,10 @@ class MemLog:
             self.records.extend(records)
             self._cv.notify_all()
 
-    def open_reader(self, start_offset: int) -> MemLogReader:
-        return MemLogReader(self, start_offset)
+    def open_reader(self, start_offset: int, *, follower: bool = False) -> MemLogReader:
+        reader = MemLogReader(self, start_offset)
+        reader.follower = follower  # what a test may check
+        return reader
 
     def close(self) -> None:
         pass
