@@ -130,3 +130,23 @@ def test_digest_equal_for_equal_histories(tmp_path):
         digests.append(eng.digest())
         eng.close()
     assert digests[0] == digests[1]
+
+
+def test_a_window_spanning_more_chunks_than_the_lowered_cache_evicts_exactly(tmp_path):
+    """A window's tail cursor reads chunks far older than the newest ones: with more chunks in
+    the window than the cache of lowered chunks holds, the chunk it lowers is the oldest cached
+    one and must not be dropped from the cache before it is read (the native core panicked:
+    'no entry found for key')."""
+    eng = Engine(tmp_path / "e", fsync=False, chunk_bytes_target=128, segment_bytes_max=1 << 20)
+    try:
+        eng.define("SELECT SUM(amount) AS s, COUNT(*) AS n FROM p GROUP BY card RANGE 1 MINUTES")
+        step_ms = 20  # 3,000 events in a window: about 1,000 chunks of ~3 events
+        window: dict[str, list[tuple[int, int]]] = {}
+        for i in range(6_000):
+            ts, card, amount = i * step_ms, f"c{i % 3}", i % 7
+            got = eng.ingest("p", {"card": card, "amount": amount}, ts)
+            held = [(t, a) for t, a in window.get(card, []) if t > ts - 60_000] + [(ts, amount)]
+            window[card] = held
+            assert (got["s"], got["n"]) == (sum(a for _, a in held), len(held)), i
+    finally:
+        eng.close()

@@ -306,16 +306,18 @@ impl StreamCore {
             lw.vals.extend_from_slice(&self.cur.vals);
             lw.preds.extend_from_slice(&self.cur.preds);
         }
-        self.bound_lowered();
+        self.bound_lowered(k);
         if open_bytes >= self.chunk_bytes_target {
             res.call_method0(intern!(py, "close_open"))?;
         }
         Ok(pos)
     }
 
-    fn bound_lowered(&mut self) {
+    /// Keep at most `LOWERED_CHUNKS_MAX` lowered chunks, dropping the oldest but `keep` (the
+    /// chunk a cursor is reading now: a cursor far behind the others reads the oldest one).
+    fn bound_lowered(&mut self, keep: i64) {
         if self.lowered.len() > LOWERED_CHUNKS_MAX {
-            if let Some(&oldest) = self.lowered.keys().min() {
+            if let Some(&oldest) = self.lowered.keys().filter(|&&k| k != keep).min() {
                 self.lowered.remove(&oldest);
             }
         }
@@ -447,7 +449,7 @@ impl StreamCore {
             lw.preds.extend_from_slice(&self.tmp.preds);
         }
         self.lowered.insert(k, lw);
-        self.bound_lowered();
+        self.bound_lowered(k);
         Ok(())
     }
 
