@@ -30,6 +30,7 @@ from runner.state.effects import (
 )
 from runner.state.etags import draft_etag
 from runner.state.rejections import LOCAL_FAILURES, Rejected
+from workflows.errors import is_engine_error
 
 __all__ = ["Rejected", "RunnerStateMachine"]
 
@@ -121,7 +122,9 @@ class RunnerStateMachine:
             if not hot:
                 self.con.execute("ROLLBACK")
             raise
-        except Exception as exc:  # noqa: BLE001 - a rejection, or a bug: never stops the log
+        except BaseException as exc:  # a rejection, or a bug (a native panic too): never stops
+            if not is_engine_error(exc):  # the log; an interrupt does
+                raise
             if not hot:
                 self.con.execute("ROLLBACK")
             effects = [self._reject(entry, exc)]
