@@ -8,6 +8,8 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from runner import gcpolicy
+
 app = typer.Typer(help="Railflow: a fraud decision service.", no_args_is_help=True)
 cluster_app = typer.Typer(help="The real local cluster from infra/.", no_args_is_help=True)
 demo_app = typer.Typer(help="Demo helpers.", no_args_is_help=True)
@@ -57,7 +59,6 @@ def serve(
 ) -> None:
     """Start a node. With no settings: embedded (file log, single node, RocksDB run store,
     local checkpoints under ./.railflow), preloaded with the W3 demo workflow and W1 metrics."""
-    from runner import gcpolicy
     from runner.service import Service
     from runner.settings import Settings
 
@@ -101,7 +102,6 @@ def _serve_http(service, settings, overrides: dict, log_level: str) -> None:
         return
     import uvicorn
 
-    from runner import gcpolicy
     from runner.api.app import create_app
 
     # No proxy in front of a node: no proxy-headers middleware, and no Server/Date headers to
