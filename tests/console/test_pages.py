@@ -138,6 +138,11 @@ def test_an_edit_by_keyboard_only(page, node):
     _tab_to(page, "el.closest('nav[aria-label=Nodes]') "
                   "&& el.textContent.startsWith('block_velocity')")
     page.keyboard.press("Enter")
+    # selecting re-creates the graph's nodes; each keeps its measure and stays shown
+    selected = page.get_by_test_id("node-block_velocity")
+    expect(selected).to_have_class(re.compile(r"\bselected\b"))
+    expect(selected).to_be_visible()
+    expect(page.get_by_test_id("node-event")).to_be_visible()
     _tab_to(page, "el.tagName === 'INPUT' && el.closest('label')?.textContent.startsWith('Reason')")
     page.keyboard.press("Control+A")
     page.keyboard.type("velocity: typed without a mouse")

@@ -2,11 +2,11 @@
 // edge labels with the order, criteria and problems; optional diff marks and a run's path.
 import {
   Background, BaseEdge, Controls, EdgeLabelRenderer, Handle, Position, ReactFlow, ReactFlowProvider,
-  getBezierPath, type Connection, type EdgeProps, type NodeProps,
+  getBezierPath, type Connection, type EdgeProps, type NodeChange, type NodeProps,
 } from "@xyflow/react";
 import "@xyflow/react/dist/style.css";
-import { useEffect, useMemo, useState } from "react";
-import { layout, nodeHeight } from "../layout/elk";
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { layout, nodeHeightFor, nodeWidth, portGap } from "../layout/elk";
 import type { Mark, DiffMarks } from "../model/diff";
 import { toFlow, type EdgeKey, type FlowEdge, type FlowNode } from "../model/graph";
 import type { PlacedProblems } from "../model/problems";
@@ -34,14 +34,14 @@ function WfNodeView({ data, selected }: NodeProps) {
   const cls = ["wf-node", `kind-${n.kind}`, d.problems.length ? "has-problem" : "", d.mark ? `mark-${d.mark}` : "",
     d.onPath ? "on-path" : "", selected ? "selected" : ""].join(" ");
   return (
-    <div className={cls} data-testid={`node-${n.id}`} style={{ minHeight: Math.max(nodeHeight, 24 + d.outs * 18) }}>
+    <div className={cls} data-testid={`node-${n.id}`} style={{ minHeight: nodeHeightFor(d.outs) }}>
       {n.kind !== "event" && <Handle type="target" position={Position.Left} id="in" />}
       <div className="wf-kind">{n.kind.replace("_", " ")}{d.mark ? ` · ${d.mark}` : ""}</div>
       <div className="wf-id">{n.id}</div>
       {detail && <div className="wf-detail">{detail}</div>}
       {d.problems.length > 0 && <div className="wf-problem" role="note">⚠ {d.problems[0].message}</div>}
       {Array.from({ length: d.outs }, (_, i) => (
-        <Handle key={i} type="source" position={Position.Right} id={`out-${i}`} style={{ top: 24 + i * 18 }} />
+        <Handle key={i} type="source" position={Position.Right} id={`out-${i}`} style={{ top: 24 + i * portGap }} />
       ))}
     </div>
   );
@@ -77,8 +77,17 @@ function WfEdgeView(p: EdgeProps) {
 const nodeTypes = { wf: WfNodeView };
 const edgeTypes = { wf: WfEdgeView };
 
+// What decides a node's handles: a node whose handles changed must be measured again.
+function handleKey(n: FlowNode) {
+  return `${n.data.node.kind}/${n.data.outs}`;
+}
+
 function structureKey(wf: Workflow) {
   return JSON.stringify(wf.nodes.map((n) => [n.id, (n.edges ?? []).map((e) => [e.to, e.default])]));
+}
+
+function measuredAs(m: { handles: string; width: number; height: number } | undefined, handles: string) {
+  return m && m.handles === handles ? { width: m.width, height: m.height } : undefined;
 }
 
 export function Canvas(props: {
@@ -90,6 +99,19 @@ export function Canvas(props: {
 }) {
   const { workflow, overlay } = props;
   const [positions, setPositions] = useState<Record<string, { x: number; y: number }>>({});
+  // React Flow hides a node until it has measured it and forgets the measure whenever a new node
+  // object arrives (each overlay, selection or edit makes new ones); a node whose size did not
+  // change is then never measured again and stays hidden. The measures are kept here, with the
+  // handles they were taken with, and handed back with each node.
+  const measures = useRef(new Map<string, { handles: string; width: number; height: number }>());
+  const handlesNow = useRef(new Map<string, string>());
+  const onNodesChange = useCallback((changes: NodeChange[]) => {
+    for (const c of changes) {
+      if (c.type !== "dimensions" || !c.dimensions) continue;
+      const handles = handlesNow.current.get(c.id);
+      if (handles !== undefined) measures.current.set(c.id, { handles, ...c.dimensions });
+    }
+  }, []);
   const key = structureKey(workflow);
   useEffect(() => {
     let live = true;
@@ -100,8 +122,12 @@ export function Canvas(props: {
 
   const { nodes, edges } = useMemo(() => {
     const f = toFlow(workflow, positions);
+    handlesNow.current = new Map(f.nodes.map((n) => [n.id, handleKey(n)]));
     const nodes = f.nodes.map((n) => ({
       ...n,
+      measured: measuredAs(measures.current.get(n.id), handleKey(n)),
+      // The laid-out size, so a node shows before the browser has measured it.
+      initialWidth: nodeWidth, initialHeight: nodeHeightFor(n.data.outs),
       selected: props.selected?.node === n.id,
       data: { ...n.data, problems: overlay?.problems?.byNode.get(n.id) ?? [], mark: overlay?.marks?.nodes[n.id], onPath: overlay?.path?.nodes.has(n.id) },
     }));
@@ -119,7 +145,7 @@ export function Canvas(props: {
         <ReactFlowProvider>
           <ReactFlow
             nodes={nodes} edges={edges} nodeTypes={nodeTypes} edgeTypes={edgeTypes} fitView
-            nodesDraggable={false} minZoom={0.2}
+            nodesDraggable={false} minZoom={0.2} onNodesChange={onNodesChange}
             onNodeClick={(_, n) => props.onSelect?.({ node: n.id })}
             onEdgeClick={(_, e) => props.onSelect?.({ edge: e.id })}
             onConnect={props.onConnect ? (c: Connection) => c.source && c.target && props.onConnect!(c.source, c.target) : undefined}

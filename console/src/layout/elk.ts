@@ -7,7 +7,12 @@ import type { Workflow } from "../model/types";
 
 export const nodeWidth = 200;
 export const nodeHeight = 64;
-const portGap = 18;
+export const portGap = 18;
+
+/** A node's drawn height: room for one output port per edge. */
+export function nodeHeightFor(outs: number) {
+  return Math.max(nodeHeight, 24 + outs * portGap);
+}
 
 let elk: InstanceType<typeof ELK> | null = null;
 
@@ -29,7 +34,7 @@ export function elkGraph(wf: Workflow) {
       return {
         id: n.id,
         width: nodeWidth,
-        height: Math.max(nodeHeight, 24 + outs.length * portGap),
+        height: nodeHeightFor(outs.length),
         layoutOptions: { "elk.portConstraints": "FIXED_ORDER" },
         ports: [
           { id: `${n.id}:in`, layoutOptions: { "elk.port.side": "WEST" } },
