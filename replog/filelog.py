@@ -73,6 +73,13 @@ class FileLog:
     def end_offset(self) -> int:
         return self._count
 
+    def first_offset(self) -> int:
+        return 0  # a file log keeps every record
+
+    def tail_offset(self) -> int:
+        with self._cv:
+            return self._count
+
     def append(self, records: Sequence[bytes]) -> None:
         with self._cv:
             pos, count = self._end, self._count

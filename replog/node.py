@@ -140,19 +140,17 @@ class Node:
         Raises ``LogTruncated`` when the log starts after ``start_offset``: the entries in
         between are gone, and applying what follows would build a state no other replica has.
         """
-        first_offset = getattr(self.log, "first_offset", None)
-        if callable(first_offset):
-            try:
-                first = first_offset()
-            except Exception as e:  # log unreachable now: the reader reports a gap later
-                log.warning("could not ask the log where it starts: %s", e)
-                first = 0
-            if self.start_offset < first:
-                raise LogTruncated(
-                    f"the log starts at offset {first} but this node must replay from "
-                    f"{self.start_offset}: restore a newer checkpoint, or lengthen the log's "
-                    "retention"
-                )
+        try:
+            first = self.log.first_offset()
+        except Exception as e:  # noqa: BLE001 - log unreachable now: the reader reports a gap later
+            log.warning("could not ask the log where it starts: %s", e)
+            first = 0
+        if self.start_offset < first:
+            raise LogTruncated(
+                f"the log starts at offset {first} but this node must replay from "
+                f"{self.start_offset}: restore a newer checkpoint, or lengthen the log's "
+                "retention"
+            )
         self._reader = self.log.open_reader(self.start_offset, follower=True)
         self._reader_follower = True  # a node starts as a follower
         self._running = True
@@ -302,11 +300,8 @@ class Node:
 
     def _log_is_ahead(self) -> bool:
         """Whether the log ends past this node's next offset (False when it cannot say)."""
-        tail_offset = getattr(self.log, "tail_offset", None)
-        if not callable(tail_offset):  # a local log's reader cannot lose a broker
-            return False
         try:
-            return tail_offset() > self.core.next_offset
+            return self.log.tail_offset() > self.core.next_offset
         except Exception as e:  # noqa: BLE001 - log unreachable: the reader's retries report it
             log.debug("asking where the log ends failed: %s", e)
             return False

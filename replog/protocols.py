@@ -61,6 +61,16 @@ class LogAdapter(Protocol):
         together (cheaper), a leader's returns each record at once."""
         ...
 
+    def first_offset(self) -> int:
+        """The oldest offset the log still holds (a retention policy moves it forward);
+        raises when the log cannot be reached now."""
+        ...
+
+    def tail_offset(self) -> int:
+        """The offset the next append will take: a reader behind it has records to read;
+        raises when the log cannot be reached now."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -32,3 +32,14 @@ def test_the_index_stays_bounded_and_readers_start_anywhere(tmp_path, monkeypatc
     assert [o for o, _ in reader.poll(0.0, 100)] == list(range(190, 201))
     reader.close()
     again.close()
+
+
+def test_the_file_log_says_where_it_starts_and_ends(tmp_path):
+    log = FileLog(tmp_path / "log", fsync=False)
+    assert (log.first_offset(), log.tail_offset()) == (0, 0)
+    log.append([b"a", b"b", b"c"])
+    assert (log.first_offset(), log.tail_offset()) == (0, 3)
+    log.close()
+    again = FileLog(tmp_path / "log", fsync=False)
+    assert again.tail_offset() == 3
+    again.close()
