@@ -1,11 +1,17 @@
 """Forwards a follower's submissions to the leader over HTTP (``POST /internal/v1/submit``).
 
-Requests are signed with the cluster secret (not the apps' secret) and carry a random nonce;
-the leader accepts a request only if its signature is at most ``forward_age_ms_max`` old, its
-nonce was not seen within that window (``ReplayGuard``) and its kind is one a follower's API
-may submit (``FORWARDABLE_KINDS``: never ``Tick``/``EffectsDone``, which only a leader writes,
-nor replog's own kinds). The leader answers with the ``Applied`` of the entry, effects
-included (only ``Reply`` and ``RunChanged`` travel; the rest are the leader's business).
+Requests are signed with the cluster secret (not the apps' secret), carry a random nonce and
+name the leadership term they are meant for (the leader's writer id). The leader accepts a
+request only if its signature is at most ``forward_age_ms_max`` old, its term is the one this
+leader writes with, its nonce was not seen within that window (``ReplayGuard``) and its kind is
+one a follower's API may submit (``FORWARDABLE_KINDS``: never ``Tick``/``EffectsDone``, which
+only a leader writes, nor replog's own kinds). The seen-set lives on one leader only; the term
+is what makes a request captured on its way to one leader worthless to the next (a new leader,
+or the same node restarted, always writes with a larger writer id). A follower that named the
+wrong term gets 409 with the leader's term and signs again for it (``HttpForwarder`` learns
+each leader's term that way, starting from its own log's newest writer id). The leader answers
+with the ``Applied`` of the entry, effects included (only ``Reply`` and ``RunChanged`` travel;
+the rest are the leader's business).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -52,20 +59,31 @@ def decode_applied(raw: bytes) -> Applied:
     return Applied(body["offset"], body["writer_id"], effects)
 
 
-def encode_request(kind: str, payload: bytes, timeout_s: float) -> bytes:
+class WrongTerm(Exception):
+    """A forward signed for another leadership term than this leader's ``term``."""
+
+    def __init__(self, term: int) -> None:
+        super().__init__(f"signed for another leader; this leader writes as {term}")
+        self.term = term
+
+
+def encode_request(kind: str, payload: bytes, timeout_s: float, term: int) -> bytes:
+    """The body of a forward meant for the leader that writes with writer id ``term``."""
     return orjson.dumps({"kind": kind, "payload": base64.b64encode(payload).decode(),
-                         "timeout_s": timeout_s, "nonce": secrets.token_hex(16)})
+                         "timeout_s": timeout_s, "nonce": secrets.token_hex(16), "term": term})
 
 
-def decode_request(raw: bytes) -> tuple[str, bytes, float, str]:
-    """(kind, payload, timeout_s, nonce); raises ValueError when malformed."""
+def decode_request(raw: bytes) -> tuple[str, bytes, float, str, int]:
+    """(kind, payload, timeout_s, nonce, term); raises ValueError when malformed."""
     try:
         body = orjson.loads(raw)
-        kind, nonce = body["kind"], body["nonce"]
+        kind, nonce, term = body["kind"], body["nonce"], body["term"]
         if not isinstance(kind, str) or not isinstance(nonce, str) or not nonce:
             raise ValueError("kind and nonce must be strings")
+        if not isinstance(term, int) or isinstance(term, bool):
+            raise ValueError("term must be an integer")
         return kind, base64.b64decode(body["payload"], validate=True), float(body["timeout_s"]), \
-            nonce
+            nonce, term
     except (KeyError, TypeError, ValueError, orjson.JSONDecodeError) as exc:
         raise ValueError(f"malformed forwarded request: {exc}") from None
 
@@ -92,14 +110,20 @@ class ReplayGuard:
 
 
 def check_forwarded(secret: str, guard: ReplayGuard, body: bytes, header: str | None,
-                    now_ms: int) -> tuple[str, bytes, float]:
-    """The request a follower forwarded, once authentic, fresh, new and of an allowed kind;
-    raises PermissionError (401/403) or ValueError (400) with the reason."""
+                    now_ms: int, leader_term: int | None) -> tuple[str, bytes, float]:
+    """The request a follower forwarded, once authentic, fresh, for this leader's term
+    (``leader_term``: its writer id, None when it does not lead), new and of an allowed kind;
+    raises PermissionError (401), ValueError (400), NotLeader or WrongTerm with the reason.
+    The nonce is remembered only once everything else passed."""
     if not signing.verify(secret, body, header, now_ms, forward_age_ms_max):
         raise PermissionError("missing, stale or wrong cluster signature")
-    kind, payload, timeout_s, nonce = decode_request(body)
+    kind, payload, timeout_s, nonce, term = decode_request(body)
     if kind not in FORWARDABLE_KINDS:
         raise ValueError(f"kind {kind!r} cannot be forwarded")
+    if leader_term is None:
+        raise NotLeader("not the leader")
+    if term != leader_term:
+        raise WrongTerm(leader_term)
     if not guard.first_time(nonce, now_ms):
         raise PermissionError("replayed request")
     return kind, payload, timeout_s
@@ -110,23 +134,37 @@ def error_body(exc: ReplogError) -> bytes:
                          "leader_url": getattr(exc, "leader_url", None)})
 
 
+def wrong_term_body(exc: WrongTerm) -> bytes:
+    return orjson.dumps({"error": "WrongTerm", "message": str(exc), "term": exc.term})
+
+
 class HttpForwarder:
-    def __init__(self, secret: str, connections_max: int = 64) -> None:
+    """Forwards to the leader's URL, signed for the term it learnt that leader writes with
+    (first guess: ``term_hint()``, the newest writer id this node's log holds)."""
+
+    def __init__(self, secret: str, connections_max: int = 64, *,
+                 term_hint: Callable[[], int] | None = None,
+                 client: httpx.Client | None = None) -> None:
         self._secret = secret
-        self._client = httpx.Client(limits=httpx.Limits(max_connections=connections_max,
-                                                        max_keepalive_connections=connections_max))
+        self.term_hint = term_hint
+        self._terms: dict[str, int] = {}  # leader URL -> the term it last asked for
+        self._client = client or httpx.Client(
+            limits=httpx.Limits(max_connections=connections_max,
+                                max_keepalive_connections=connections_max))
+
+    def _term_for(self, leader_url: str) -> int:
+        term = self._terms.get(leader_url)
+        if term is None:
+            term = self.term_hint() if self.term_hint is not None else -1
+        return term
 
     def forward(self, leader_url: str, kind: str, payload: bytes, timeout_s: float) -> Applied:
-        body = encode_request(kind, payload, timeout_s)
-        headers = {"content-type": "application/json",
-                   signing.HEADER: signing.sign(self._secret, body, int(time.time() * 1000))}
-        try:
-            resp = self._client.post(leader_url + PATH, content=body, headers=headers,
-                                     timeout=timeout_s + 1)
-        except httpx.TimeoutException as exc:
-            raise AppendTimeout(f"leader {leader_url} did not answer: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise NotLeader(f"leader {leader_url} unreachable: {exc}") from exc
+        resp = self._post(leader_url, kind, payload, timeout_s, self._term_for(leader_url))
+        if resp.status_code == 409:  # another term than we guessed: sign again for the leader's
+            term = _term_of(resp)
+            if term is not None:
+                self._terms[leader_url] = term
+                resp = self._post(leader_url, kind, payload, timeout_s, term)
         if resp.status_code == 200:
             return decode_applied(resp.content)
         try:
@@ -138,5 +176,28 @@ class HttpForwarder:
             raise NotLeader(err.get("message", ""), err.get("leader_url"))
         raise cls(err.get("message", ""))
 
+    def _post(self, leader_url: str, kind: str, payload: bytes, timeout_s: float,
+              term: int) -> httpx.Response:
+        body = encode_request(kind, payload, timeout_s, term)
+        headers = {"content-type": "application/json",
+                   signing.HEADER: signing.sign(self._secret, body, int(time.time() * 1000))}
+        try:
+            return self._client.post(leader_url + PATH, content=body, headers=headers,
+                                     timeout=timeout_s + 1)
+        except httpx.TimeoutException as exc:
+            raise AppendTimeout(f"leader {leader_url} did not answer: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise NotLeader(f"leader {leader_url} unreachable: {exc}") from exc
+
     def close(self) -> None:
         self._client.close()
+
+
+def _term_of(resp: httpx.Response) -> int | None:
+    try:
+        body = resp.json()
+    except ValueError:
+        return None
+    term = body.get("term") if isinstance(body, dict) and body.get("error") == "WrongTerm" \
+        else None
+    return term if isinstance(term, int) and not isinstance(term, bool) else None

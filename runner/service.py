@@ -92,7 +92,8 @@ class Service:
                                     s.checkpoint_every_entries, s.checkpoint_retain,
                                     s.log_entry_bytes_max))
             election = ZkElection(s.zookeeper, s.election_path, s.session_timeout_s)
-            forwarder = HttpForwarder(s.cluster_secret)
+            # First guess of the leader's term: the newest writer the log holds.
+            forwarder = HttpForwarder(s.cluster_secret, term_hint=lambda: self.node.writer_id)
         else:
             from replog.filelog import FileLog
             from replog.single import SingleNodeElection

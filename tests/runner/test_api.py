@@ -239,7 +239,8 @@ def test_forwarding_needs_the_cluster_secret_an_allowed_kind_and_no_replay(api):
     from runner.state import entries
 
     def send(kind: str, payload: dict, secret: str, body: bytes | None = None):
-        body = body or forwarder.encode_request(kind, entries.encode(payload), 5)
+        body = body or forwarder.encode_request(kind, entries.encode(payload), 5,
+                                                svc.node.my_writer_id)
         header = signing.sign(secret, body, int(time.time() * 1000))
         return body, client.post(forwarder.PATH, content=body, headers={signing.HEADER: header})
 

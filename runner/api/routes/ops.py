@@ -78,18 +78,23 @@ async def score(body: ScoreRequest, svc: Svc, request: Request,
 @router.post(forwarder.PATH, include_in_schema=False)
 async def forwarded(request: Request, svc: Svc,
                     railflow_signature: Annotated[str | None, Header()] = None):
+    """A follower's submission, signed with the cluster secret for this leader's term."""
     body = await request.body()
+    node = svc.node
     try:
         kind, payload, timeout_s = forwarder.check_forwarded(
             svc.settings.resolved_cluster_secret(), svc.replay_guard, body, railflow_signature,
-            ops._now_ms())
+            ops._now_ms(), node.my_writer_id if node.is_leader else None)
     except PermissionError as exc:
         raise HTTPException(401, str(exc)) from None
     except ValueError as exc:
         raise HTTPException(400, str(exc)) from None
-    if not svc.node.is_leader:
-        return Response(forwarder.error_body(NotLeader("not the leader", svc.node.leader_url())),
+    except NotLeader:
+        return Response(forwarder.error_body(NotLeader("not the leader", node.leader_url())),
                         status_code=503, media_type="application/json")
+    except forwarder.WrongTerm as exc:
+        return Response(forwarder.wrong_term_body(exc), status_code=409,
+                        media_type="application/json")
     try:
         applied = await asyncio.wrap_future(svc._submit_raw(kind, payload, timeout_s))
     except ReplogError as exc:
