@@ -31,6 +31,7 @@ if it is not up (and stops it again in that case).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -164,9 +166,11 @@ def run_embedded(report: Report, server: str, hot_path: bool, orders: int, warmu
     _add(report, name, "node", "leader", runs)
 
 
-def run_cluster(report: Report, server: str, orders: int, warmup: int, idle_s: float,
-                repeats: int) -> None:
-    started_cluster = ensure_cluster()
+@contextlib.contextmanager
+def started_cluster(server: str) -> Iterator[tuple[NodeCluster, Any]]:
+    """Three nodes in cluster mode on infra/'s servers (started if down, and then stopped
+    again), on a fresh topic, the demo workflow published; yields ``(cluster, leader)``."""
+    started_infra = ensure_cluster()
     topic = f"rf-cost-{uuid.uuid4().hex[:8]}"
     cluster = NodeCluster(Path(tempfile.mkdtemp(prefix="railflow-cost-3n-")), topic, 3,
                           base_port=free_base_port(3), env={"RAILFLOW_SERVER": server})
@@ -174,14 +178,20 @@ def run_cluster(report: Report, server: str, orders: int, warmup: int, idle_s: f
         cluster.start()
         leader = cluster.wait_ready()
         _wait_demo(leader.url, cluster.api_key)
+        yield cluster, leader
+    finally:
+        cluster.stop()
+        if started_infra:
+            subprocess.run([sys.executable, "-m", "infra", "down"], cwd=ROOT)
+
+
+def run_cluster(report: Report, server: str, orders: int, warmup: int, idle_s: float,
+                repeats: int) -> None:
+    with started_cluster(server) as (cluster, leader):
         pids = {n.node_id: n.proc.pid for n in cluster.nodes.values()}
         urls = {n.node_id: n.url for n in cluster.nodes.values()}
         runs = [measure(pids, urls, leader.url, cluster.api_key, orders, warmup, idle_s, seed)
                 for seed in range(1, repeats + 1)]
-    finally:
-        cluster.stop()
-        if started_cluster:
-            subprocess.run([sys.executable, "-m", "infra", "down"], cwd=ROOT)
     _add(report, f"3 nodes, {server}", leader.node_id, "leader", runs)
     for node_id in pids:
         if node_id != leader.node_id:

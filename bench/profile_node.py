@@ -1,17 +1,22 @@
-"""Where an embedded node's CPU per order goes: py-spy samples every thread of a node under load.
+"""Where a node's CPU per order goes: py-spy samples every thread of a node under load.
 
-Starts an embedded node as ``bench/api_cost.py`` does (file log, RocksDB run store, the
-default server with the hot path), warms it up, then drives ``--orders`` W3 orders at
-``--rate`` per second with ``bench/api_w3.py``'s load generator while ``py-spy record`` samples
-the server process (``--threads --idle --native``: all threads, idle frames kept so that a
-thread's waits are visible; they are left out of the table). Prints, per thread, the share of
-the samples that were on CPU and the top leaf functions, and the node's CPU µs per order over
-the same orders (noisy on a shared machine: read the proportions).
+Embedded (default): starts a node as ``bench/api_cost.py`` does (file log, RocksDB run store,
+the default server with the hot path). ``--cluster``: three nodes on infra/'s Kafka, ZooKeeper,
+HBase and S3, started by ``bench/api_cost.py``'s own code, and the leader's process and one
+follower's are sampled side by side. Warms up, then drives ``--orders`` W3 orders at ``--rate``
+per second at the leader with ``bench/api_w3.py``'s load generator while ``py-spy record``
+samples each process (``--threads --idle --native``: all threads, idle frames kept so that a
+thread's waits are visible; they are left out of the table). Prints, per node, each thread's
+CPU µs per order from the kernel over those orders (a follower's counted once it applied them
+all; threads without a Python frame, librdkafka's, by the kernel's thread name), the share of
+the samples that were on CPU and the top frames; the folded stacks stay in ``--raw`` (one file
+per node with ``--cluster``). Noisy on a shared machine: read the proportions.
 
 Needs py-spy (the ``dev`` extra) and ptrace rights over the node (root, or
 ``kernel.yama.ptrace_scope=0``).
 
-Usage: ``.venv/bin/python bench/profile_node.py [--orders 6000] [--rate 500] [--raw out.txt]``
+Usage: ``.venv/bin/python bench/profile_node.py [--cluster] [--orders 6000] [--rate 500]
+[--raw out.txt]``
 """
 
 from __future__ import annotations
@@ -30,14 +35,21 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.api_cost import _start_embedded, _stop, cpu_s  # noqa: E402
+from bench.api_cost import (  # noqa: E402
+    _start_embedded,
+    _stop,
+    cpu_s,
+    started_cluster,
+    wait_caught_up,
+)
 from bench.api_w3 import run_load  # noqa: E402
+from runner.settings import Settings  # noqa: E402
 
 # A sample with one of these frames on its stack is a thread waiting, not working (py-spy's
 # own idle test does not see through native frames).
 WAIT_FRAMES = ("lock_PyThread_acquire_lock", "time_sleep", "select_epoll_poll", "uv__io_poll",
                "epoll_wait", "pthread_cond_timedwait", "pthread_cond_wait", "Condition.wait",
-               "sem_wait", "sem_timedwait", "WaitForMultipleObjects", "__GI___poll",
+               "sem_wait", "sem_timedwait", "WaitForMultipleObjects", "__GI___poll", "poll (libc",
                "std::condition_variable::wait")
 
 
@@ -85,7 +97,7 @@ def summarize(raw: Path, top: int) -> str:
     return "\n".join(out)
 
 
-def _thread_cpu(pid: int) -> dict[int, float]:
+def _thread_cpu(pid: int) -> dict[int, tuple[float, float]]:
     """CPU seconds (user, system) of each thread of ``pid``."""
     return {t.id: (t.user_time, t.system_time) for t in psutil.Process(pid).threads()}
 
@@ -100,58 +112,113 @@ def _thread_names(raw: Path) -> dict[int, str]:
     return out
 
 
+def _comm(pid: int, tid: int) -> str:
+    """The kernel's name of a thread (librdkafka names its own: ``rdk:main``, ``rdk:broker1``)."""
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _spy(spy: str, pid: int, raw: Path, duration_s: float, args) -> subprocess.Popen:
+    cmd = [spy, "record", "--idle", "--threads", "-r", str(args.sample_rate), "-p", str(pid),
+           "-o", str(raw), "--format", "raw", "-d", str(int(duration_s) + 1), "--nonblocking"]
+    if args.no_native:  # no native frames to tell a wait by: py-spy's own idle test
+        cmd.remove("--idle")
+    else:
+        cmd.remove("--nonblocking")
+        cmd.append("--native")
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def thread_table(pid: int, before: dict, after: dict, raw: Path, ok: int) -> str:
+    """CPU µs per order of each thread; threads py-spy did not name (no Python frame) are
+    summed by the kernel's thread name, digits dropped (``rdk:broker*``)."""
+    names = _thread_names(raw)
+    rows: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
+    for tid, (user, system) in after.items():
+        user -= before.get(tid, (0.0, 0.0))[0]
+        system -= before.get(tid, (0.0, 0.0))[1]
+        name = names.get(tid) or "native " + re.sub(r"\d+", "*", _comm(pid, tid))
+        rows[name][0] += user
+        rows[name][1] += system
+    per = 1e6 / max(ok, 1)
+    total = sum(u + s for u, s in rows.values())
+    out = [f"CPU µs per order by thread, user + system (the kernel's per-thread times, 10 ms "
+           f"ticks); total {total * per:.0f}:"]
+    for name, (user, system) in sorted(rows.items(), key=lambda kv: -sum(kv[1])):
+        if user + system > 0:
+            out.append(f"  {(user + system) * per:7.1f} = {user * per:6.1f} + {system * per:6.1f}"
+                       f"  {name}")
+    return "\n".join(out)
+
+
+def profile(pids: dict[str, int], raws: dict[str, Path], url: str, key: str, args,
+            caught_up=None) -> None:
+    """Sample each process of ``pids`` (role -> pid) while ``args.orders`` orders go to
+    ``url``; print each one's threads and top frames. ``caught_up()`` waits until every
+    node applied the orders, so that a follower's CPU for them is all counted."""
+    spy = _py_spy()
+    duration_s = args.orders / args.rate
+    spies = {role: _spy(spy, pid, raws[role], duration_s, args) for role, pid in pids.items()}
+    time.sleep(0.5)
+    before = {role: (cpu_s(pid), _thread_cpu(pid)) for role, pid in pids.items()}
+    load = run_load([url], "/v1/events", key, args.rate, duration_s, 0.0, 2)
+    if caught_up is not None:
+        caught_up()
+    after = {role: (cpu_s(pid), _thread_cpu(pid)) for role, pid in pids.items()}
+    for p in spies.values():
+        p.wait()
+    ok = args.orders - sum(load["errors"].values())
+    print(f"errors {load['errors']}")
+    for role, pid in pids.items():
+        used = after[role][0] - before[role][0]
+        print(f"\n######## {role} (pid {pid}): CPU per order while sampled "
+              f"{used * 1e6 / max(ok, 1):.0f} µs (sampling adds its own cost; noisy); "
+              f"stacks in {raws[role]}")
+        print(thread_table(pid, before[role][1], after[role][1], raws[role], ok))
+        print(summarize(raws[role], args.top))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", type=int, default=6_000)
     parser.add_argument("--rate", type=float, default=500)
     parser.add_argument("--sample-rate", type=int, default=200)
     parser.add_argument("--top", type=int, default=12)
-    parser.add_argument("--raw", type=Path, default=Path("prof.txt"))
+    parser.add_argument("--raw", type=Path, default=Path("prof.txt"),
+                        help="py-spy's folded stacks; with --cluster one file per node, "
+                             "named <stem>-leader<suffix> and <stem>-follower<suffix>")
+    parser.add_argument("--cluster", action="store_true",
+                        help="three nodes on infra/'s cluster as bench/api_cost.py starts "
+                             "them; the leader and one follower are sampled")
     parser.add_argument("--no-native", action="store_true",
                         help="Python frames only, sampled without stopping the node (py-spy "
                              "decides what is idle)")
     args = parser.parse_args(argv)
-    spy = _py_spy()
-    proc, url, key, data_dir = _start_embedded("uvicorn", True)
-    try:
-        run_load([url], "/v1/events", key, args.rate, 1_000 / args.rate, 0.0, 1)
+    _py_spy()
+    warmup_s = 1_000 / args.rate
+    if not args.cluster:
+        proc, url, key, _ = _start_embedded("uvicorn", True)
+        try:
+            run_load([url], "/v1/events", key, args.rate, warmup_s, 0.0, 1)
+            time.sleep(1.0)
+            profile({"node": proc.pid}, {"node": args.raw}, url, key, args)
+        finally:
+            _stop(proc)
+        return 0
+    server = Settings.model_fields["server"].default
+    with started_cluster(server) as (cluster, leader):
+        follower = next(n for n in cluster.nodes.values() if n.node_id != leader.node_id)
+        urls = {n.node_id: n.url for n in cluster.nodes.values()}
+        run_load([leader.url], "/v1/events", cluster.api_key, args.rate, warmup_s, 0.0, 1)
+        wait_caught_up(leader.url, urls)
         time.sleep(1.0)
-        duration_s = args.orders / args.rate
-        cmd = [spy, "record", "--idle", "--threads", "-r", str(args.sample_rate), "-p",
-               str(proc.pid), "-o", str(args.raw), "--format", "raw", "-d",
-               str(int(duration_s) + 1), "--nonblocking"]
-        if args.no_native:  # no native frames to tell a wait by: py-spy's own idle test
-            cmd.remove("--idle")
-        else:
-            cmd.remove("--nonblocking")
-            cmd.append("--native")
-        spy_proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(0.5)
-        before, threads_before = cpu_s(proc.pid), _thread_cpu(proc.pid)
-        load = run_load([url], "/v1/events", key, args.rate, duration_s, 0.0, 2)
-        used, threads_after = cpu_s(proc.pid) - before, _thread_cpu(proc.pid)
-        spy_proc.wait()
-        ok = args.orders - sum(load["errors"].values())
-        print(f"node CPU per order while sampled: {used * 1e6 / max(ok, 1):.0f} µs "
-              f"(sampling adds its own cost; noisy), errors {load['errors']}")
-    finally:
-        _stop(proc)
-    names = _thread_names(args.raw)
-    print("CPU µs per order by thread, user + system (the kernel's per-thread times, 10 ms "
-          "ticks):")
-    per_thread = {tid: (t[0] - threads_before.get(tid, (0.0, 0.0))[0],
-                        t[1] - threads_before.get(tid, (0.0, 0.0))[1])
-                  for tid, t in threads_after.items()}
-    other = [0.0, 0.0]
-    for tid, (user, system) in sorted(per_thread.items(), key=lambda kv: -sum(kv[1])):
-        if tid not in names:  # not in the samples (native threads): summed below
-            other[0], other[1] = other[0] + user, other[1] + system
-        elif user + system > 0:
-            print(f"  {(user + system) * 1e6 / max(ok, 1):7.1f} = {user * 1e6 / max(ok, 1):6.1f}"
-                  f" + {system * 1e6 / max(ok, 1):6.1f}  {names[tid]}")
-    print(f"  {sum(other) * 1e6 / max(ok, 1):7.1f} = {other[0] * 1e6 / max(ok, 1):6.1f}"
-          f" + {other[1] * 1e6 / max(ok, 1):6.1f}  threads py-spy did not name (native)")
-    print(summarize(args.raw, args.top))
+        print(f"leader {leader.node_id}, follower {follower.node_id} sampled")
+        raws = {role: args.raw.with_name(f"{args.raw.stem}-{role}{args.raw.suffix}")
+                for role in ("leader", "follower")}
+        profile({"leader": leader.proc.pid, "follower": follower.proc.pid}, raws, leader.url,
+                cluster.api_key, args, lambda: wait_caught_up(leader.url, urls))
     return 0
 
 
