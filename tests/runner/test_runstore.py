@@ -2,6 +2,7 @@
 
 import uuid
 
+import orjson
 import pytest
 
 from infra import endpoints
@@ -59,13 +60,14 @@ def test_a_later_terms_write_is_not_hidden_by_a_deposed_leaders_late_one(store):
 def test_hbase_writes_a_terms_batch_in_one_thrift_call(monkeypatch):
     """With the writer's term every run of a call shares one cell timestamp: one Thrift batch,
     where a timestamp per offset took one call per run."""
-    import happybase
+    from thriftpy2.thrift import TClient
 
     from runner.runstore.hbase import HBaseRunStore
 
     sent = []
-    real_send = happybase.Batch.send
-    monkeypatch.setattr(happybase.Batch, "send", lambda b: (sent.append(b), real_send(b)))
+    real_req = TClient._req
+    monkeypatch.setattr(TClient, "_req", lambda c, api, *a, **k: (
+        sent.append(api) if api == "mutateRowsTs" else None, real_req(c, api, *a, **k))[1])
     s = HBaseRunStore(endpoints.HBASE_THRIFT_HOST, endpoints.HBASE_THRIFT_PORT,
                       f"runs_test_{uuid.uuid4().hex[:12]}")
     try:
@@ -77,6 +79,75 @@ def test_hbase_writes_a_terms_batch_in_one_thrift_call(monkeypatch):
         with pytest.raises(ValueError):
             s.put_many([_run(1)], writer_id=1 << 31)
     finally:
+        s.close()
+
+
+def _legacy_cells(run: RunRecord) -> dict[bytes, bytes]:
+    """A run row as releases before ``path:record`` wrote it: one cell per field."""
+    return {
+        b"event:id": run.event_id.encode(), b"event:type": run.event_type.encode(),
+        b"event:body": orjson.dumps(run.event), b"path:state": run.state.encode(),
+        b"path:workflow": run.workflow_id.encode(),
+        b"path:version": str(run.workflow_version).encode(),
+        b"path:steps": orjson.dumps(run.path), b"path:metrics": orjson.dumps(run.metrics),
+        b"path:scores": orjson.dumps(run.scores), b"path:apps": orjson.dumps(run.apps),
+        b"path:started_ts": str(run.started_ts).encode(),
+        b"path:updated_ts": str(run.updated_ts).encode(),
+        b"path:offset": str(run.offset).encode(), b"decision:name": (run.decision or "").encode(),
+    }
+
+
+def _full_run(offset: int, state: str = "decided") -> RunRecord:
+    return RunRecord(
+        run_id="r7", event_id="o-7", event_type="order", workflow_id="w3", workflow_version=2,
+        state=state, event={"event_id": "o-7", "data": {"card": "c7", "amount": 120}},
+        path=[{"node_id": "event", "next_node_id": "approve", "seq": 0}],
+        decision="approve" if state == "decided" else None, metrics={"card_count_5m": 3},
+        scores={"payment_abuse": 12.5}, apps={"kyc": {"ok": True}}, started_ts=1_000,
+        updated_ts=2_000, offset=offset)
+
+
+def test_hbase_rows_read_in_the_one_cell_layout_and_the_older_one():
+    """``path:record`` where present; the older one-cell-per-field rows still read; a row an
+    older release wrote last (its ``path:offset`` past the record's) reads its old cells."""
+    from runner.runstore.hbase import _mutations, _record
+
+    new_run, old_run = _full_run(9), _full_run(12)
+    new_row = {m.column: m.value for m in _mutations(new_run)[0].mutations}
+    assert set(new_row) == {b"path:record", b"path:state", b"path:offset", b"decision:name"}
+    assert _record("r7", new_row) == new_run
+    assert _record("r7", _legacy_cells(new_run)) == new_run
+    rewritten = {**_legacy_cells(_full_run(5, "waiting")), **new_row}
+    assert _record("r7", rewritten) == new_run
+    written_back = {**new_row, **_legacy_cells(old_run)}
+    assert _record("r7", written_back) == old_run
+    index_rows = [m.row for m in _mutations(new_run)[1:]]
+    assert index_rows == [keys.index_key("order", "o-7", "r7"), keys.index_key("card", "c7", "r7")]
+
+
+@pytest.mark.cluster
+def test_hbase_reads_rows_an_older_release_wrote():
+    """Rows in the older layout, on the real HBase: get and lookup read them, and a newer
+    version written over one (the new layout, a later term) replaces it."""
+    import happybase
+
+    from runner.runstore.hbase import HBaseRunStore
+
+    table = f"runs_test_{uuid.uuid4().hex[:12]}"
+    s = HBaseRunStore(endpoints.HBASE_THRIFT_HOST, endpoints.HBASE_THRIFT_PORT, table)
+    conn = happybase.Connection(endpoints.HBASE_THRIFT_HOST, endpoints.HBASE_THRIFT_PORT)
+    try:
+        old = _full_run(5, "waiting")
+        t = conn.table(table)
+        t.put(keys.run_key("r7"), _legacy_cells(old), timestamp=old.offset + 1)
+        t.put(keys.index_key("card", "c7", "r7"), {b"index:run": b"r7"}, timestamp=6)
+        assert s.get("r7") == old
+        assert s.lookup("card", "c7") == [old]
+        s.put_many([_full_run(9)], writer_id=3)
+        assert s.get("r7") == _full_run(9)
+        assert s.lookup("card", "c7") == [_full_run(9)]
+    finally:
+        conn.close()
         s.close()
 
 
