@@ -38,6 +38,9 @@ from runner.telemetry import Telemetry
 log = logging.getLogger(__name__)
 
 waiters_max = 100_000
+# Past this many decided runs unconfirmed by the run store, /healthz names it as a problem
+# (about a minute of orders at 300/s behind: more than the leader's retries explain).
+runs_awaiting_store_warn = 20_000
 
 
 def now_ms() -> int:
@@ -133,11 +136,19 @@ class Service:
                               "other_node": theirs.writer_node})
         del self.diverged[:-100]  # the newest are enough to investigate
 
+    def runs_awaiting_store(self) -> int:
+        """Decided runs the run store has not confirmed: they stay in memory until it does."""
+        return self.sm.finished.unstored
+
     def problems(self) -> list[str]:
         """The service's own troubles (the node's are in ``node.problems()``), for /healthz."""
         out = []
         if self.executor.store_error:
             out.append(f"run store write failing: {self.executor.store_error}")
+        awaiting = self.runs_awaiting_store()
+        if awaiting > runs_awaiting_store_warn:
+            out.append(f"{awaiting} decided runs wait for the run store to confirm them "
+                       "(held in memory until it does)")
         if self.diverged:
             out.append(f"digests differ at offsets {[d['offset'] for d in self.diverged[-5:]]}")
         return out
@@ -237,6 +248,7 @@ class Service:
                 self.telemetry.applied_offset.set(self.node.applied_offset)
                 self.telemetry.is_leader.set(1 if self.node.is_leader else 0)
                 self.telemetry.store_backlog.set(self.executor.store_backlog())
+                self.telemetry.runs_awaiting_store.set(self.runs_awaiting_store())
                 if not self.node.is_leader:
                     continue
                 confirmations = self.executor.take_confirmations()

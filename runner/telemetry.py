@@ -38,6 +38,9 @@ class Telemetry:
             "(invalid: a 4xx; internal: a bug caught by apply)", ["kind", "reason"], registry=r)
         self.store_backlog = Gauge("railflow_run_store_backlog", "Runs queued for the store",
                                    registry=r)
+        self.runs_awaiting_store = Gauge(
+            "railflow_runs_awaiting_store", "Decided runs held in the hot state until the run "
+            "store confirms them (the same on every replica)", registry=r)
 
     def count_decisions(self, runs: list[dict]) -> None:
         for run in runs:

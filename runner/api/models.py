@@ -182,6 +182,8 @@ class HealthPublic(BaseModel):
     role: str
     leader_url: str | None
     applied_offset: int
+    # decided runs held in memory until the run store confirms them (grows in a store outage)
+    runs_awaiting_store: int = 0
     diverged_offsets: list[int] = []  # checkpoint offsets where replicas' digests differed
     problems: list[str] = []  # what keeps the node from working now (log, election, apply)
 

@@ -59,11 +59,10 @@ class _Generation:
     # never written to DuckDB (app_tasks holds the same facts)
     timers: list[tuple[str, str, int | None]] = field(default_factory=list)
     # Runs leaving the hot state (run id, decided offset, decided ts), deleted after this
-    # generation's inserts; ``finished`` and ``runs_scanned`` are the state machine's own
+    # generation's inserts; ``finished`` is the state machine's own
     # bookkeeping of retention (runner.state.retention), never written to DuckDB.
     runs_evicted: list[tuple[str, int, int]] = field(default_factory=list)
     finished: list[tuple[int, int, str, str]] = field(default_factory=list)
-    runs_scanned: int = 0
 
     def rows(self) -> int:
         return (len(self.runs) + len(self.steps) + len(self.seen) + len(self.seen_expired)

@@ -11,23 +11,29 @@ A run leaves DuckDB (its ``runs``, ``steps``, ``decisions`` and ``app_tasks`` ro
 - the dedup set no longer holds the sighting of its event id that started it, so a duplicate
   always gets all its runs back from the hot state (``dedup_retention_ms`` bounds this too).
 
-Candidates are the decided runs still held, in (decided offset, run id) order, the same on
-every replica and rebuilt from DuckDB on restore. Each entry examines at most
-``runs_scanned_per_entry_max`` of the oldest past the horizon and removes at most
-``runs_evicted_per_entry_max``; a run not yet stored (or still held by dedup) is passed over and
-examined again by later entries. Every condition above only ever turns true, so which rows an
-entry removes is a function of the replicated state and the entry alone: replicas remove the
-same rows at the same entry and their digests stay equal. The caller stages through
-``decided`` / ``select`` during apply and calls ``commit`` only once the entry applied.
+Candidates are the decided runs the run store holds, in (decided offset, run id) order; a
+decided run the store has not confirmed waits apart (``awaiting_store``) and joins the
+candidates, at its place, when an ``EffectsDone`` confirms it. So a long run-store outage that
+leaves many runs unconfirmed never stands in front of stored ones: each entry examines at most
+``runs_scanned_per_entry_max`` of the oldest stored candidates past the horizon and removes at
+most ``runs_evicted_per_entry_max``; one still held by dedup is passed over and examined again
+by later entries. Both sets are the same on every replica and rebuilt from DuckDB on restore.
+Every condition above only ever turns true, so which rows an entry removes is a function of
+the replicated state and the entry alone: replicas remove the same rows at the same entry and
+their digests stay equal. The caller stages through ``decided`` / ``select`` during apply and
+calls ``commit`` only once the entry applied.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
 from itertools import islice
 from typing import Any
 
 import duckdb
+from sortedcontainers import SortedList
+
+from runner.errors import InvariantViolation
 
 # Per entry. The leader confirms stored runs every ~100 ms, so more than arrive in between.
 runs_evicted_per_entry_max = 4_096
@@ -35,25 +41,30 @@ runs_scanned_per_entry_max = 8_192
 RUN_RETENTION_MS_DEFAULT = 3_600_000
 
 Candidate = tuple[int, int, str, str]  # (decided ts, decided offset, run id, event id)
+_Held = tuple[int, str, int, str]  # (decided offset, run id, decided ts, event id): sorts right
 
 
 class FinishedRuns:
-    """Decided runs still in DuckDB, oldest first, and those whose final version is unstored."""
+    """Decided runs still in DuckDB: those the run store holds, oldest first, and apart those
+    whose final version it has not confirmed yet."""
 
     def __init__(self, retention_ms: int = RUN_RETENTION_MS_DEFAULT) -> None:
         self.retention_ms = retention_ms
-        self._order: deque[Candidate] = deque()
-        self._unstored: dict[str, int] = {}  # run id -> decided offset, until confirmed
+        self._stored: SortedList = SortedList()  # of _Held
+        self._unstored: dict[str, _Held] = {}  # run id -> its candidate, until confirmed
 
     def __len__(self) -> int:
-        return len(self._order)
+        return len(self._stored) + len(self._unstored)
 
     @property
     def unstored(self) -> int:
+        """Decided runs waiting for the run store to confirm them (any thread may read it)."""
         return len(self._unstored)
 
     def candidates(self) -> list[Candidate]:
-        return list(self._order)
+        """Every decided run held, in (decided offset, run id) order."""
+        return [(ts, offset, run_id, event_id) for offset, run_id, ts, event_id
+                in sorted([*self._stored, *self._unstored.values()])]
 
     # ------------------------------------------------------------ during apply (staged)
     @staticmethod
@@ -65,46 +76,45 @@ class FinishedRuns:
         this entry's confirmations; ``seen`` maps each held event id to its sighting's offset."""
         horizon = ts - self.retention_ms
         evicted = stage.runs_evicted
-        scanned = 0
-        for decided_ts, offset, run_id, event_id in islice(self._order,
-                                                            runs_scanned_per_entry_max):
+        oldest = heapq.merge(self._stored.islice(0, runs_scanned_per_entry_max),
+                             sorted(self._confirmed(stage)))
+        for offset, run_id, decided_ts, event_id in islice(oldest, runs_scanned_per_entry_max):
             if decided_ts > horizon or len(evicted) >= runs_evicted_per_entry_max:
                 break
-            scanned += 1
-            if not self._stored(stage, run_id):
-                continue  # the run store does not hold it yet: it stays, examined again later
             sighting = seen.get(event_id)
             if sighting is not None and sighting <= offset:
                 continue  # a duplicate of its event would still be answered with this run
             evicted.append((run_id, offset, decided_ts))
-        stage.runs_scanned = scanned
 
-    def _stored(self, stage: Any, run_id: str) -> bool:
-        decided_at = self._unstored.get(run_id)
-        return decided_at is None or stage.stored.get(run_id, -1) >= decided_at
+    def _confirmed(self, stage: Any) -> list[_Held]:
+        """The unstored runs this entry's confirmations cover (their final version)."""
+        out = []
+        for run_id, offset in stage.stored.items():
+            held = self._unstored.get(run_id)
+            if held is not None and offset >= held[0]:
+                out.append(held)
+        return out
 
     # ------------------------------------------------------------ once the entry applied
     def commit(self, stage: Any) -> None:
-        for run_id, offset in stage.stored.items():
-            decided_at = self._unstored.get(run_id)
-            if decided_at is not None and offset >= decided_at:
-                del self._unstored[run_id]
-        if stage.runs_scanned:
-            gone = {run_id for run_id, _, _ in stage.runs_evicted}
-            kept = [c for c in (self._order.popleft() for _ in range(stage.runs_scanned))
-                    if c[2] not in gone]
-            self._order.extendleft(reversed(kept))
-        if stage.finished:
-            for candidate in sorted(stage.finished, key=lambda c: c[2]):  # as restore orders
-                self._order.append(candidate)
-                self._unstored[candidate[2]] = candidate[1]
+        for held in self._confirmed(stage):
+            del self._unstored[held[1]]
+            self._stored.add(held)
+        for run_id, offset, _ in stage.runs_evicted:
+            at = self._stored.bisect_left((offset, run_id))
+            if at == len(self._stored) or self._stored[at][1] != run_id:
+                raise InvariantViolation(f"run {run_id} left but was no stored candidate")
+            del self._stored[at]
+        for ts, offset, run_id, event_id in stage.finished:
+            self._unstored[run_id] = (offset, run_id, ts, event_id)
 
     # ------------------------------------------------------------ restore
     def rebuild(self, con: duckdb.DuckDBPyConnection) -> None:
         rows = con.execute("SELECT updated_ts, offset_, run_id, event_id, stored_offset "
                            "FROM runs WHERE state = 'decided' ORDER BY offset_, run_id"
                            ).fetchall()
-        self._order = deque((ts, offset, run_id, event_id)
-                            for ts, offset, run_id, event_id, _ in rows)
-        self._unstored = {run_id: offset for _, offset, run_id, _, stored in rows
-                          if stored < offset}
+        self._stored = SortedList((offset, run_id, ts, event_id)
+                                  for ts, offset, run_id, event_id, stored in rows
+                                  if stored >= offset)
+        self._unstored = {run_id: (offset, run_id, ts, event_id)
+                          for ts, offset, run_id, event_id, stored in rows if stored < offset}

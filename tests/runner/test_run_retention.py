@@ -140,6 +140,41 @@ def test_removal_is_oldest_first_and_bounded_per_entry(tmp_path, monkeypatch):
     b.close()
 
 
+def test_unstored_runs_at_the_front_do_not_stop_stored_ones_behind_them(tmp_path, monkeypatch):
+    """A run-store outage leaves the oldest decided runs unconfirmed; more runs than one entry
+    examines pile up in front. Stored runs decided after them still leave, alike on replicas,
+    and the unconfirmed ones leave once the store confirms them."""
+    monkeypatch.setattr(retention, "runs_scanned_per_entry_max", 3)
+    a, b = machine(tmp_path, "a", run_ms=0), machine(tmp_path, "b", run_ms=0)
+    log = Log(a, b)
+    setup_w3(log)
+    outage, after = [], []
+    for i in range(5):  # decided while the store was down: never confirmed
+        outage += stored(log.apply(entries.EVENT_RECEIVED, order(f"down-{i}", card=f"d{i}"),
+                                   ts=T0 + i))
+    for i in range(4):  # decided once it was back: confirmed
+        effects = log.apply(entries.EVENT_RECEIVED, order(f"up-{i}", card=f"u{i}"), ts=T0 + 10 + i)
+        after += stored(effects)
+        log.apply(entries.EFFECTS_DONE, {"stored": stored(effects), "outbox": []},
+                  ts=T0 + 10 + i)
+    assert a.finished.unstored == b.finished.unstored == 5
+    log.apply(entries.EVENT_RECEIVED, order("o-x", card="cx"), ts=T0 + 2 * HOUR)  # dedup forgets
+    for m in (a, b):
+        assert m.finished.unstored == 6  # o-x too
+    log.apply(entries.EFFECTS_DONE, {"stored": [], "outbox": []}, ts=T0 + 2 * HOUR + 1)
+    log.apply(entries.EFFECTS_DONE, {"stored": [], "outbox": []}, ts=T0 + 2 * HOUR + 2)
+    for m in (a, b):
+        assert held(m) == {r for r, _ in outage} | {run_of_event(m, "o-x")}
+    assert a.digest() == b.digest()
+    log.apply(entries.EFFECTS_DONE, {"stored": outage, "outbox": []}, ts=T0 + 2 * HOUR + 3)
+    log.apply(entries.TICK, {}, ts=T0 + 2 * HOUR + 4)
+    for m in (a, b):
+        assert held(m) == {run_of_event(m, "o-x")} and m.finished.unstored == 1
+    assert a.digest() == b.digest()
+    a.close()
+    b.close()
+
+
 def run_of_event(m: RunnerStateMachine, event_id: str) -> str:
     m.flush()
     return m.con.execute("SELECT run_id FROM runs WHERE event_id = ?", [event_id]).fetchone()[0]

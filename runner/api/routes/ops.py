@@ -32,6 +32,7 @@ def healthz(svc: Svc):
     return {"status": status, "node_id": svc.settings.node_id,
             "role": node.role.value, "leader_url": node.leader_url(),
             "applied_offset": node.applied_offset,
+            "runs_awaiting_store": svc.runs_awaiting_store(),
             "diverged_offsets": [d["offset"] for d in svc.diverged],
             "problems": node.problems() + svc.problems()}
 
