@@ -34,9 +34,20 @@ from metrics_engine.language import parse
 from metrics_engine.plan import Plan
 from metrics_engine.reservoir import CHUNK_BYTES_TARGET, SEGMENT_BYTES_MAX, StreamReservoir, Writer
 
-FORMAT_VERSION = 3  # 2: aggregation state in native files; 3: calendar windows hold bucket rings
+# 2: aggregation state in native files; 3: calendar windows hold bucket rings; 4: NaN and
+# infinities kept as null in the reservoir, group tables sharing interned keys per group-by.
+FORMAT_VERSION = 4
 CACHE_ENTRIES_MAX = 500_000  # kept for callers; the native core does not spill yet
 STREAM_NAME_CHARS_MAX = 100
+
+
+def _check_format(meta: dict, path: Path) -> None:
+    """Refuse engine files of another format: read as this one, their state would be wrong."""
+    if meta.get("version") != FORMAT_VERSION:
+        raise InvariantViolation(
+            f"{path} is engine format {meta.get('version')!r}, this engine reads format "
+            f"{FORMAT_VERSION} only: define the metrics again in an empty directory and "
+            f"replay the events")
 
 
 @dataclass(frozen=True)
@@ -100,8 +111,8 @@ class Engine:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         meta_path = self.data_dir / "engine.json"
         meta = orjson.loads(meta_path.read_bytes()) if meta_path.exists() else None
-        if meta is not None and meta.get("version") != FORMAT_VERSION:
-            raise InvariantViolation(f"unknown engine format {meta.get('version')}")
+        if meta is not None:
+            _check_format(meta, meta_path)
         clean = meta is None or meta.get("clean", False)
         if not clean:
             shutil.rmtree(self.data_dir / "state", ignore_errors=True)
@@ -296,6 +307,8 @@ class Engine:
         src = Path(directory)
         if not (src / "engine.json").exists():
             raise ValueError(f"{src} holds no engine snapshot")
+        # Checked before the current data goes: a refused snapshot leaves the engine as it was.
+        _check_format(orjson.loads((src / "engine.json").read_bytes()), src / "engine.json")
         if not self._closed:
             self._shutdown()
         shutil.rmtree(self.data_dir, ignore_errors=True)

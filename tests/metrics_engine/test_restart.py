@@ -8,7 +8,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from metrics_engine.engine import Engine
+import orjson
+import pytest
+
+from metrics_engine.engine import FORMAT_VERSION, Engine
+from metrics_engine.errors import InvariantViolation
 
 from .streams import METRICS, events
 
@@ -173,3 +177,33 @@ def test_history_read_back_from_disk_keeps_64_bit_integers(tmp_path):
     eng.close()
     assert out["n"] == len(ints) + 1
     assert (out["lo"], out["hi"], out["total"]) == (-2**63, 2**63 - 1, sum(ints))
+
+
+def _set_format(path: Path, version: int) -> None:
+    meta = orjson.loads(path.read_bytes())
+    meta["version"] = version
+    path.write_bytes(orjson.dumps(meta))
+
+
+def test_an_older_format_is_refused_not_read(tmp_path):
+    eng = Engine(tmp_path / "e", fsync=False, **ENGINE_OPTS)
+    for m in METRICS:
+        eng.define(m)
+    for t, ev in events(300, 11):
+        eng.ingest("payments", ev, t)
+    eng.snapshot(tmp_path / "snap")
+    eng.close()
+    for where in (tmp_path / "e", tmp_path / "snap"):
+        _set_format(where / "engine.json", FORMAT_VERSION - 1)
+    with pytest.raises(InvariantViolation, match=f"format {FORMAT_VERSION - 1}, this engine "
+                                                 f"reads format {FORMAT_VERSION} only"):
+        Engine(tmp_path / "e", fsync=False, **ENGINE_OPTS)
+    # A refused snapshot leaves the engine it was to replace as it was.
+    other = Engine(tmp_path / "other", fsync=False, **ENGINE_OPTS)
+    other.define(METRICS[0])
+    other.ingest("payments", events(1, 3)[0][1], events(1, 3)[0][0])
+    before = other.digest()
+    with pytest.raises(InvariantViolation, match="engine format"):
+        other.restore(tmp_path / "snap")
+    assert other.digest() == before
+    other.close()
