@@ -93,12 +93,27 @@ def get_run(svc: Service, run_id: str) -> dict:
 
 
 def event_runs(svc: Service, event_id: str) -> list[dict]:
+    """The runs of an event the hot state holds; once dedup forgot it, every run the run store
+    holds for its id (each sighting's, oldest first), a run still in the hot state as it is
+    there (it may be newer than its stored version)."""
     runs = svc.sm.peek_event(event_id)
     if runs is None:
         runs = _read(svc, queries.runs_for_event, event_id)
-    if runs is None:
+    if runs is not None:
+        return [presented(r) for r in runs]
+    try:
+        stored = svc.run_store.lookup("event", event_id)
+    except ValueError as exc:  # not an indexable id (the API refuses such events)
+        raise NotFound("event_id", f"no event {event_id}: {exc}") from None
+    out = []
+    for record in sorted(stored, key=lambda r: (r.started_ts, r.run_id)):
+        if record.event_id != event_id:
+            continue
+        hot = svc.sm.peek_run(record.run_id) or _read(svc, queries.run, record.run_id)
+        out.append(presented(hot) if hot is not None else view_of_record(record))
+    if not out:
         raise NotFound("event_id", f"no event {event_id}")
-    return [presented(r) for r in runs]
+    return out
 
 
 def lookup_runs(svc: Service, kind: str, value: str, limit: int) -> list[dict]:

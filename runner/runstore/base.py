@@ -51,7 +51,8 @@ class RunRecord:
         return None if value is None else str(value)
 
     def index_values(self) -> list[tuple[str, str]]:
-        pairs = [("order", self.order_id), ("card", self.card), ("customer", self.customer)]
+        pairs = [("order", self.order_id), ("card", self.card), ("customer", self.customer),
+                 ("event", self.event_id)]
         # In bytes, as ``keys.index_prefix`` checks: a value it refuses would fail the whole
         # batch for ever (the API refuses such events; this keeps older logs writable).
         return [(k, v) for k, v in pairs
@@ -83,7 +84,8 @@ class RunStore(Protocol):
     def get(self, run_id: str) -> RunRecord | None: ...
 
     def lookup(self, kind: str, value: str, limit: int = lookup_runs_max) -> list[RunRecord]:
-        """Runs whose order id (``kind='order'``), card or customer equals ``value``."""
+        """Runs whose order id (``kind='order'``), card, customer or event id (``'event'``)
+        equals ``value``."""
         ...
 
     def close(self) -> None: ...

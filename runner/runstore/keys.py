@@ -1,16 +1,17 @@
 """Row keys shared by every run store.
 
 Run rows: ``run/<hash4(run_id)>/<run_id>``. Index rows: ``<kind>/<hash4(value)>/<value>/<run_id>``
-for kind in ``order``, ``card``, ``customer``; a lookup is a prefix scan of
-``<kind>/<hash4(value)>/<value>/``. The hash prefix spreads writes; the value after it keeps
-all runs of one order (card, customer) contiguous.
+for kind in ``order``, ``card``, ``customer`` and ``event`` (the event id: the runs of an event
+the hot state forgot); a lookup is a prefix scan of ``<kind>/<hash4(value)>/<value>/``. The
+hash prefix spreads writes; the value after it keeps all runs of one order (card, customer,
+event) contiguous.
 """
 
 from __future__ import annotations
 
 from runner.ids import hash_prefix
 
-INDEX_KINDS = ("order", "card", "customer")
+INDEX_KINDS = ("order", "card", "customer", "event")
 value_bytes_max = 512  # longer lookup values are rejected, not truncated
 
 

@@ -122,7 +122,8 @@ def test_hbase_rows_read_in_the_one_cell_layout_and_the_older_one():
     written_back = {**new_row, **_legacy_cells(old_run)}
     assert _record("r7", written_back) == old_run
     index_rows = [m.row for m in _mutations(new_run)[1:]]
-    assert index_rows == [keys.index_key("order", "o-7", "r7"), keys.index_key("card", "c7", "r7")]
+    assert index_rows == [keys.index_key("order", "o-7", "r7"), keys.index_key("card", "c7", "r7"),
+                          keys.index_key("event", "o-7", "r7")]
 
 
 @pytest.mark.cluster
@@ -158,6 +159,22 @@ def test_lookups_by_order_card_customer(store):
     assert [r.run_id for r in store.lookup("order", "o-4")] == ["r4"]
     assert sorted(r.run_id for r in store.lookup("customer", "u1")) == ["r1", "r3"]
     assert store.lookup("card", "c") == []  # a prefix of a value is not a match
+
+
+def test_lookup_by_event_id_finds_every_run_of_the_event(store):
+    """The runs of an event the hot state forgot are found by its id: each of its workflows'
+    runs, and those of a later sighting of the same id; the order id does not stand in."""
+    runs = [_run(1, offset=3), _run(2, offset=4), _run(3, offset=5)]
+    runs[1] = RunRecord(**{**runs[1].__dict__, "event_id": "o-1",
+                           "event": {"event_id": "o-1", "data": {"order_id": "ord-9"}}})
+    runs[2] = RunRecord(**{**runs[2].__dict__, "event_id": "o-10"})
+    store.put_many(runs)
+    store.put_many([RunRecord(**{**runs[0].__dict__, "state": "decided", "decision": "block",
+                                 "offset": 8})])
+    found = {r.run_id: r for r in store.lookup("event", "o-1")}
+    assert set(found) == {"r1", "r2"} and found["r1"].decision == "block"
+    assert [r.run_id for r in store.lookup("event", "o-10")] == ["r3"]
+    assert store.lookup("event", "ord-9") == [] and store.lookup("event", "o-") == []
 
 
 def test_row_keys_are_spread_by_hash_prefix():

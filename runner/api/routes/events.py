@@ -48,6 +48,8 @@ def find_runs(svc: Svc, _: Reader,
 
 @router.get("/events/{event_id}/runs", response_model=list[RunPublic])
 def event_runs(event_id: str, svc: Svc, _: Reader):
+    """The runs of an event: from the hot state while dedup holds it, then from the run
+    store by event id (every sighting's runs, oldest first)."""
     return json_response(ops.event_runs(svc, event_id))
 
 
