@@ -15,6 +15,17 @@ class RequestInvalid(ValueError):
         self.status = status
 
 
+class RunFinished(RequestInvalid):
+    """An app answer or review action for a run that finished and left the hot state: it was
+    stored with its decision and takes no more answers (rendered as 409 with the run)."""
+
+    def __init__(self, run_id: str, state: str, decision: str | None) -> None:
+        outcome = f" with decision {decision}" if decision else ""
+        super().__init__("run_id", f"run {run_id} finished{outcome} and was stored; it takes "
+                         f"no more answers (read it at GET /v1/runs/{run_id})", 409)
+        self.run_id, self.state, self.decision = run_id, state, decision
+
+
 class NotFound(LookupError):
     """The run, workflow, metric or task asked for does not exist (rendered as 404)."""
 

@@ -7,6 +7,7 @@ Every change goes through ``service.submit`` (the log); reads use reader cursors
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
@@ -14,7 +15,7 @@ import orjson
 
 import workflows
 from runner import egress, limits
-from runner.errors import NotFound, RequestInvalid
+from runner.errors import NotFound, RequestInvalid, RunFinished
 from runner.runstore.base import RunRecord
 from runner.service import Service
 from runner.state import entries, queries
@@ -141,8 +142,34 @@ async def app_completed(svc: Service, run_id: str, node_id: str, result: dict,
         raise RequestInvalid("result", f"encodes to {len(raw)} bytes, more than "
                                        f"{limits.event_bytes_max}", 413)
     limits.check_fields(result, "result")
-    _, reply = await _apply(svc, entries.APP_COMPLETED, payload, raw)
+    async with _finished_if_gone(svc, run_id):
+        _, reply = await _apply(svc, entries.APP_COMPLETED, payload, raw)
     return presented(reply.runs[0])
+
+
+@contextlib.asynccontextmanager
+async def _finished_if_gone(svc: Service, run_id: str):
+    """A ``NotFound`` inside becomes ``RunFinished`` (409) when the run left the hot state and
+    the run store holds it: a late app answer or review action, which a run still held would
+    have ignored (200, ``ignored``), gets a clear answer instead of "no task"."""
+    try:
+        yield
+    except NotFound as exc:
+        stored = await asyncio.to_thread(_stored_elsewhere, svc, run_id)
+        if stored is None:
+            raise
+        raise RunFinished(run_id, stored.state, stored.decision) from exc
+
+
+def _stored_elsewhere(svc: Service, run_id: str) -> RunRecord | None:
+    """The run store's version of a run the hot state no longer holds (None if it holds it,
+    or the store has none or cannot answer now: then the 404 stands)."""
+    if svc.sm.peek_run(run_id) is not None or _read(svc, queries.run, run_id) is not None:
+        return None
+    try:
+        return svc.run_store.get(run_id)
+    except Exception:  # noqa: BLE001 - the store is down: the caller's 404 stands
+        return None
 
 
 # ---------------------------------------------------------------- workflows
@@ -260,28 +287,31 @@ review_claim_ttl_ms = 15 * 60 * 1000  # an analyst who walks away frees the task
 
 async def claim(svc: Service, run_id: str, node_id: str, user: str,
                 ttl_ms: int = review_claim_ttl_ms) -> dict:
-    _, reply = await _apply(svc, entries.REVIEW_CLAIMED,
-                            {"run_id": run_id, "node_id": node_id, "user": user,
-                             "ttl_ms": ttl_ms})
+    async with _finished_if_gone(svc, run_id):
+        _, reply = await _apply(svc, entries.REVIEW_CLAIMED,
+                                {"run_id": run_id, "node_id": node_id, "user": user,
+                                 "ttl_ms": ttl_ms})
     return reply.result
 
 
 async def unclaim(svc: Service, run_id: str, node_id: str, user: str, override: bool) -> dict:
     """Give a claimed task back to the queue (its claimer, or a manager for anyone's)."""
-    _, reply = await _apply(svc, entries.REVIEW_CLAIMED,
-                            {"run_id": run_id, "node_id": node_id, "user": user,
-                             "release": True, "override": override})
+    async with _finished_if_gone(svc, run_id):
+        _, reply = await _apply(svc, entries.REVIEW_CLAIMED,
+                                {"run_id": run_id, "node_id": node_id, "user": user,
+                                 "release": True, "override": override})
     return reply.result
 
 
 async def decide(svc: Service, run_id: str, node_id: str, user: str, outcome: str,
                  override: bool, reason: str = "") -> dict:
     """A reviewer's outcome; apply checks the claim and the outcome on every replica."""
-    await _review_task(svc, run_id, node_id)
-    _, reply = await _apply(svc, entries.REVIEW_DECIDED,
-                            {"run_id": run_id, "node_id": node_id, "user": user,
-                             "outcome": outcome, "override": override,
-                             **({"reason": reason} if reason else {})})
+    async with _finished_if_gone(svc, run_id):
+        await _review_task(svc, run_id, node_id)
+        _, reply = await _apply(svc, entries.REVIEW_DECIDED,
+                                {"run_id": run_id, "node_id": node_id, "user": user,
+                                 "outcome": outcome, "override": override,
+                                 **({"reason": reason} if reason else {})})
     return presented(reply.runs[0])
 
 

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 
 from replog.errors import AppendTimeout, NotLeader, Overloaded, ReplogError
 from runner.api.responses import json_response
-from runner.errors import NotFound, RequestInvalid
+from runner.errors import NotFound, RequestInvalid, RunFinished
 
 HANDLED = (RequestInvalid, NotFound, ReplogError)
 
@@ -23,6 +23,10 @@ def _detail(field: str, message: str, kind: str) -> dict:
 
 def render(exc: Exception) -> Response:
     """The response for one of ``HANDLED``."""
+    if isinstance(exc, RunFinished):
+        body = _detail(exc.field, exc.message, "run_finished")
+        body["run"] = {"run_id": exc.run_id, "state": exc.state, "decision": exc.decision}
+        return json_response(body, status_code=409)
     if isinstance(exc, RequestInvalid):
         return json_response(_detail(exc.field, exc.message, "invalid"), status_code=exc.status)
     if isinstance(exc, NotFound):

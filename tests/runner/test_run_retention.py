@@ -6,12 +6,16 @@ from __future__ import annotations
 import random
 from types import SimpleNamespace
 
+import orjson
 import pytest
 
+from replog.protocols import Applied
 from runner import explore, operations
-from runner.errors import NotFound
+from runner.api.errors import render
+from runner.errors import NotFound, RunFinished
 from runner.runstore.base import RunRecord
 from runner.runstore.rocks import RocksRunStore
+from runner.service import Service
 from runner.state import entries, retention, snapshot
 from runner.state.effects import CallApp, StoreRun
 from runner.state.machine import RunnerStateMachine
@@ -257,6 +261,76 @@ def test_a_run_that_left_is_read_from_the_run_store(tmp_path):
     with pytest.raises(NotFound):
         operations.event_runs(svc, "o-never")
     store.close()
+    sm.close()
+
+
+class LocalService:
+    """What ``runner.operations`` needs of a ``Service``: entries applied in-process to one
+    state machine through ``Log`` (log time ``ts``), a real RocksDB run store."""
+
+    reply_of = staticmethod(Service.reply_of)
+
+    def __init__(self, sm: RunnerStateMachine, store: RocksRunStore, log: Log) -> None:
+        self.sm, self.run_store, self.log, self.reader = sm, store, log, sm.reader
+        self.settings = SimpleNamespace(app_secrets={})
+        self.ts = T0
+
+    async def submit(self, kind: str, payload: dict, timeout_s: float | None = None, *,
+                     raw: bytes | None = None) -> Applied:
+        self.effects = self.log.apply(kind, payload, ts=self.ts)
+        return Applied(self.log.history[-1].offset, 1, self.effects)
+
+    def store_effects(self, effects: list) -> None:
+        """The leader's part: write the runs, then confirm them in the log."""
+        self.run_store.put_many([RunRecord(**e.record) for e in effects
+                                 if isinstance(e, StoreRun)])
+        self.log.apply(entries.EFFECTS_DONE, {"stored": stored(effects), "outbox": []},
+                       ts=self.ts)
+
+
+@pytest.mark.anyio
+async def test_a_late_answer_for_a_run_that_left_gets_409_with_its_decision(tmp_path):
+    sm = machine(tmp_path, "a", run_ms=0)
+    log = Log(sm)
+    svc = LocalService(sm, RocksRunStore(tmp_path / "runs"), log)
+    setup_w3(log, scorer="demo_score")
+    app_run = run_of(log.apply(entries.EVENT_RECEIVED, order("o-app"), ts=T0))
+    svc.store_effects(log.apply(entries.TICK, {}, ts=T0 + 300))  # the app never answered
+    review = run_of(log.apply(entries.EVENT_RECEIVED, review_order("o-rev"), ts=T0 + 400))
+    assert review["waiting_for"] == "app"  # the scorer first, then the review
+    svc.ts = T0 + 500
+    scored = await operations.app_completed(svc, review["run_id"], "score",
+                                            {"payment_abuse": 70, "score": 70})
+    assert scored["waiting_for"] == "review"
+    await operations.claim(svc, review["run_id"], "review", "ann")
+    decided = await operations.decide(svc, review["run_id"], "review", "ann", "accept", False)
+    svc.store_effects(svc.effects)
+    assert decided["decision"] == "approve"
+    # While held, a late answer is ignored (200) as it always was.
+    late = await operations.app_completed(svc, app_run["run_id"], "score", {"score": 1})
+    assert late["state"] == "decided" and late["run_id"] == app_run["run_id"]
+    svc.ts = T0 + 2 * HOUR  # dedup and the run retention let both go
+    log.apply(entries.EVENT_RECEIVED, order("o-late", card="c-late"), ts=svc.ts)
+    log.apply(entries.TICK, {}, ts=svc.ts)
+    assert not {app_run["run_id"], review["run_id"]} & held(sm)
+    with pytest.raises(RunFinished) as app_late:
+        await operations.app_completed(svc, app_run["run_id"], "score", {"score": 1})
+    timed_out = svc.run_store.get(app_run["run_id"])
+    assert app_late.value.status == 409 and app_late.value.decision == timed_out.decision
+    assert app_run["run_id"] in app_late.value.message and "finished" in app_late.value.message
+    for action in (operations.claim(svc, review["run_id"], "review", "bob"),
+                   operations.decide(svc, review["run_id"], "review", "ann", "decline", True)):
+        with pytest.raises(RunFinished) as gone:
+            await action
+        assert (gone.value.run_id, gone.value.decision) == (review["run_id"], "approve")
+    response = render(gone.value)
+    body = orjson.loads(response.body)
+    assert response.status_code == 409 and body["detail"][0]["loc"] == ["body", "run_id"]
+    assert body["run"] == {"run_id": review["run_id"], "state": "decided",
+                           "decision": "approve"}
+    with pytest.raises(NotFound):  # a run nobody ever had is still a 404
+        await operations.app_completed(svc, "r_never", "score", {"score": 1})
+    svc.run_store.close()
     sm.close()
 
 
