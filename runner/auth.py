@@ -7,10 +7,11 @@ their role; its ``kid`` names the signing secret, so secrets rotate: sign with t
 still accept tokens of the ``previous`` ones until they expire. Roles are ordered:
 analyst < manager < admin.
 
-Sign-in is throttled: after ``login_failures_max`` failures in ``login_window_s`` for one user
-name, or ``login_failures_per_address_max`` from one address, ``login`` raises ``Throttled``
-until the window passes. An unknown user costs the same PBKDF2 work as a known one, so timing
-does not tell which names exist.
+Sign-in is throttled on this node (counts are neither shared nor kept across restarts:
+docs/security.md says what that guarantees on a cluster): after ``login_failures_max`` failures
+in ``login_window_s`` for one user name, or ``login_failures_per_address_max`` from one
+address, ``login`` raises ``Throttled`` until the window passes. An unknown user costs the
+same PBKDF2 work as a known one, so timing does not tell which names exist.
 
 ``principal(bearer)`` is on every request's path: it keeps the principals it resolved in a
 cache keyed by the SHA-256 of the bearer, confirmed with ``hmac.compare_digest`` (the cache

@@ -84,6 +84,27 @@ def test_sign_in_throttles_per_user_and_per_address():
     assert store.login("ann", "pw", "10.0.0.3") is not None
 
 
+def test_throttling_counts_are_per_node_and_bounded(monkeypatch):
+    """What docs/security.md states: each node counts its own failures (on a cluster the
+    limits add up), and past ``login_tracked_max`` names the least recently failed is
+    forgotten."""
+    from runner import auth as auth_mod
+
+    now = [1000.0]
+    a, b = (AuthStore(None, "s", clock=lambda: now[0]) for _ in range(2))
+    for store in (a, b):
+        store.create_user("ann", "pw", "analyst")
+    for _ in range(auth_mod.login_failures_max):
+        assert a.login("ann", "wrong", "10.0.0.1") is None
+    with pytest.raises(auth_mod.Throttled):
+        a.login("ann", "wrong", "10.0.0.2")
+    assert b.login("ann", "wrong", "10.0.0.2") is None  # another node: not throttled
+    monkeypatch.setattr(auth_mod, "login_tracked_max", 3)
+    for i in range(3):
+        assert a.login(f"other-{i}", "x", f"10.1.0.{i}") is None
+    assert a.login("ann", "pw", "10.0.0.3") is not None  # ann's count was pushed out
+
+
 def test_an_unknown_user_costs_the_same_password_hash(monkeypatch):
     from runner import auth as auth_mod
 
