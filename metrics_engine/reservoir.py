@@ -31,7 +31,7 @@ import struct
 import threading
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any
@@ -71,6 +71,43 @@ class ChunkMeta:
 
 def _segment_path(directory: Path, segment: int) -> Path:
     return directory / f"seg-{segment:010d}.rfs"
+
+
+def write_segment(directory: Path, segment: int, first_pos: int,
+                  events: Iterable[tuple[int, Mapping[str, Any]]], *,
+                  chunk_bytes_target: int = CHUNK_BYTES_TARGET) -> int:
+    """Write the events at positions ``first_pos``, ``first_pos + 1``, ... of a stream as
+    segment file number ``segment`` of ``directory``, in closed chunks of about
+    ``chunk_bytes_target`` (the records the writer thread appends). Several segments covering
+    consecutive ranges, numbered in position order, make a reservoir ``open`` reads back; a
+    stream's ranges can thus be written in parallel. Returns the events written (none: no
+    file)."""
+    compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    path = _segment_path(directory, segment)
+    tmp = path.with_suffix(".tmp")
+    count, blobs, size, chunk_first = 0, [], 0, first_pos
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "wb") as f:
+        def flush() -> None:
+            payload = compressor.compress(b"[" + b",".join(blobs) + b"]")
+            f.write(HEADER.pack(MAGIC, chunk_first, len(blobs), len(payload),
+                                zlib.crc32(payload)) + payload)
+
+        for ts, event in events:
+            blob = orjson.dumps([ts, event])
+            blobs.append(blob)
+            size += len(blob) + 1
+            count += 1
+            if size >= chunk_bytes_target:
+                flush()
+                chunk_first, blobs, size = first_pos + count, [], 0
+        if blobs:
+            flush()
+    if count:
+        os.replace(tmp, path)
+    else:
+        tmp.unlink()
+    return count
 
 
 class Writer:

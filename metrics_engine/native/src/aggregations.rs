@@ -464,6 +464,17 @@ impl State {
         }
     }
 
+    /// Rewrite the event positions the state holds (MIN/MAX, OLDEST) through `map`: position
+    /// `p` becomes `map[p]`. Err(p) when `map` has no entry for `p`.
+    pub fn renumber(&mut self, map: &[u64]) -> Result<(), u64> {
+        if let State::Extreme { q, .. } | State::Fifo(q) = self {
+            for (p, _) in q.iter_mut() {
+                *p = *map.get(*p as usize).ok_or(*p)?;
+            }
+        }
+        Ok(())
+    }
+
     // -- bytes (snapshots and digests; deterministic) ----------------------------------------
     pub fn write(&self, py: Python<'_>, out: &mut Out, strings: &Interner) {
         match self {

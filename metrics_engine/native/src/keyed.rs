@@ -496,6 +496,26 @@ impl GroupTable {
         self.inputs = slots.iter().map(|s| s.2).collect();
     }
 
+    /// Rewrite the event positions of every state through `map` (see `State::renumber`).
+    /// A calendar window's own states hold bucket numbers, not positions: only its buckets'
+    /// partials are rewritten.
+    pub fn renumber(&mut self, map: &[u64]) -> Result<(), u64> {
+        let calendar = self.hop.is_some();
+        for e in self.entries.iter_mut().flatten() {
+            if !calendar {
+                for s in e.states.iter_mut().flatten() {
+                    s.renumber(map)?;
+                }
+            }
+            for b in e.ring.iter_mut() {
+                for s in b.parts.iter_mut().flatten() {
+                    s.renumber(map)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Entries ordered by their canonical key bytes: (key bytes, entry).
     fn sorted(&self, py: Python<'_>, strings: &Interner) -> Vec<(Vec<u8>, &Entry)> {
         let mut out: Vec<(Vec<u8>, &Entry)> = self
@@ -556,8 +576,10 @@ impl GroupTable {
         }
     }
 
-    /// Read entries written by `write` into this table, mapping slots by sid.
-    pub fn read(&mut self, py: Python<'_>, inp: &mut In<'_>, strings: &mut Interner) -> PyResult<()> {
+    /// Read entries written by `write` into this table, mapping slots by sid. `disjoint`:
+    /// refuse a key the table holds already (merging tables built over disjoint keys).
+    pub fn read(&mut self, py: Python<'_>, inp: &mut In<'_>, strings: &mut Interner,
+                disjoint: bool) -> PyResult<()> {
         let n = inp.u32()? as usize;
         let mut sids = Vec::with_capacity(n);
         for _ in 0..n {
@@ -570,6 +592,10 @@ impl GroupTable {
             let mut key = Vec::with_capacity(kl);
             for _ in 0..kl {
                 key.push(inp.val(py, strings)?);
+            }
+            if disjoint && self.find(&key).is_some() {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "a group key held by two of the merged states"));
             }
             let id = self.find_or_insert(&key);
             let width = self.sids.len();

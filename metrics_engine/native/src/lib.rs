@@ -19,5 +19,7 @@ mod window;
 fn railflow_metrics_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::StreamCore>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Events a cursor feeding no window passes per event (pipeline backfills replay it).
+    m.add("IDLE_STEP_MAX", plan::IDLE_STEP_MAX)?;
     Ok(())
 }

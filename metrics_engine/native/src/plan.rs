@@ -20,7 +20,7 @@ use crate::window::{split, Cursor, Spec};
 const LOWERED_CHUNKS_MAX: usize = 256;
 /// Events a cursor feeding no window passes per call (more than the one event a call adds,
 /// so it catches up).
-const IDLE_STEP_MAX: u32 = 64;
+pub const IDLE_STEP_MAX: u32 = 64;
 
 /// A chunk's events as lowered rows (row-major, `fields` values and `preds` flags each).
 #[derive(Default)]
@@ -869,8 +869,25 @@ impl StreamCore {
         Ok(PyBytes::new(py, &out.buf))
     }
 
+    /// Rewrite the event positions held in every state: position `p` becomes
+    /// `positions[p]`. For a core fed one key partition of a stream: its states then hold
+    /// the events' positions in the whole stream, ready to `dump` and merge. The core's own
+    /// cursors and reservoir keep the old numbering: only `dump` is meaningful afterwards.
+    fn renumber(&mut self, py: Python<'_>, positions: Vec<u64>) -> PyResult<()> {
+        for t in self.core.tables.iter_mut() {
+            if let Err(p) = t.renumber(&positions) {
+                return Err(self.invariant(py, format!("renumbering position {p} of {}",
+                                                      positions.len())));
+            }
+        }
+        Ok(())
+    }
+
     /// Load what `dump` wrote into the tables of the current plan (matched by gid and sid).
-    fn load(&mut self, py: Python<'_>, data: &[u8]) -> PyResult<()> {
+    /// `disjoint`: merge into the tables, refusing a key they hold already (states built
+    /// over disjoint key partitions; see `renumber`).
+    #[pyo3(signature = (data, disjoint=false))]
+    fn load(&mut self, py: Python<'_>, data: &[u8], disjoint: bool) -> PyResult<()> {
         let mut inp = In { buf: data, at: 0 };
         if inp.done() {
             return Ok(());
@@ -883,7 +900,7 @@ impl StreamCore {
                 Some(i) => &mut self.core.tables[i],
                 None => &mut scratch, // a group no metric uses any more
             };
-            t.read(py, &mut inp, &mut self.strings)?;
+            t.read(py, &mut inp, &mut self.strings, disjoint)?;
         }
         Ok(())
     }
