@@ -67,6 +67,8 @@ def backfill_cmd(
     existing: str = typer.Option(None, help="Metrics the live engine already serves."),
     out: str = typer.Option(..., help="Snapshot directory to write (must be empty)."),
     stream: str = typer.Option("payments"),
+    partitions: int = typer.Option(None, help="Key partitions per set of metrics sharing "
+                                   "key columns (default: from the events and the cores)."),
     master: str = MASTER,
     conf: list[str] = CONF,
 ) -> None:
@@ -74,7 +76,8 @@ def backfill_cmd(
     from pipeline import jobs
 
     spark = _session(master, conf)
-    _run("backfill", lambda p: jobs.run_backfill(spark, events, new, existing, out, stream, p))
+    _run("backfill", lambda p: jobs.run_backfill(spark, events, new, existing, out, stream, p,
+                                                 partitions))
 
 
 @app.command("backtest")

@@ -102,11 +102,12 @@ def run_features(spark: SparkSession, events: str, metrics: str, out: str,
 
 def run_backfill(spark: SparkSession, events: str, new: str, existing: str | None,
                  out: str, stream: str = "payments",
-                 progress: Callable[[int], None] | None = None) -> dict:
+                 progress: Callable[[int], None] | None = None,
+                 partitions: int | None = None) -> dict:
     t0 = time.perf_counter()
     manifest = backfill_mod.backfill(read_events(spark, events), load_definitions(new),
                                      load_definitions(existing) if existing else [], out,
-                                     stream, progress)
+                                     stream, progress, partitions)
     return {"job": "backfill", "events": manifest.events, "new_metrics": manifest.new_metrics,
             "last_seq": manifest.last_seq, "digest": manifest.digest,
             "seconds": time.perf_counter() - t0, "out": out}
