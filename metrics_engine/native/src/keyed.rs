@@ -1,7 +1,12 @@
-//! Keyed state: per group node, group keys interned to integer ids, and per key one state
-//! per state slot. An entry whose states are all empty after an eviction is freed, so state
-//! does not grow with keys that left every window. Keys are stored canonical (see value.rs),
-//! and snapshots and digests order entries by the canonical key's bytes, never by id.
+//! Keyed state. A stream's group keys are interned once per group-by field list (`KeySpace`)
+//! to dense ids shared by every group node grouping by those fields; each group node's table
+//! (`GroupTable`: one window, filter and group-by) keeps its entries in a slab indexed by that
+//! id, so an event is hashed once per group-by, not once per window, and a lowered row that
+//! carries its key's id (see plan.rs) is evicted without a lookup. An entry holds one state
+//! per state slot; an entry whose states are all empty after an eviction is freed, and a key
+//! id is freed once no table holds an entry for it, so state does not grow with keys that
+//! left every window. Keys are stored canonical (see value.rs), and snapshots and digests
+//! order entries by the canonical key's bytes, never by id.
 //!
 //! A calendar (tumbling/hopping) window's table is `hop`: each entry also holds a ring of
 //! per-bucket partial states. An event goes into its bucket's partial; the window state
@@ -30,8 +35,7 @@ pub enum Input {
 }
 
 /// A group key as the index holds it: up to `KEY_INLINE` values inline, so a lookup compares
-/// against the table's own bucket instead of chasing a heap pointer per key (with one table
-/// per window, W1's 120 windows make 240 lookups per event: cache misses dominated them).
+/// against the table's own bucket instead of chasing a heap pointer per key.
 /// Longer keys live in `rest`. Hash and equality are those of the value slice, so the index
 /// is queried with a plain `&[Val]`.
 #[derive(Clone)]
@@ -88,6 +92,91 @@ impl std::borrow::Borrow<[Val]> for Key {
     }
 }
 
+/// The group keys of one group-by field list, interned to dense ids. An id stays taken while
+/// a table holds an entry for it (`refs`); freed, its generation moves on, so an id kept in a
+/// lowered row is known stale (`valid`) once its key has gone, even if the id was reused.
+#[derive(Default)]
+pub struct KeySpace {
+    index: FxHashMap<Key, u32>,
+    keys: Vec<Vec<Val>>,
+    refs: Vec<u32>,
+    gens: Vec<u32>,
+    free: Vec<u32>,
+    spare_keys: Vec<Key>,
+}
+
+impl KeySpace {
+    pub fn find(&self, key: &[Val]) -> Option<u32> {
+        self.index.get(key).copied()
+    }
+
+    /// `key`'s id, a new one if it has none. A new id holds no reference: the caller makes a
+    /// table entry for it at once (`GroupTable::insert_at`), or the id is never freed.
+    pub fn intern(&mut self, key: &[Val]) -> u32 {
+        if let Some(&id) = self.index.get(key) {
+            return id;
+        }
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                self.keys.push(vec![]);
+                self.refs.push(0);
+                self.gens.push(0);
+                (self.keys.len() - 1) as u32
+            }
+        };
+        let k = &mut self.keys[id as usize];
+        k.clear(); // a freed id's vector, reused: no allocation per new key in steady state
+        k.extend(key.iter().map(|v| v.canonical()));
+        let mut canon = self.spare_keys.pop().unwrap_or_default();
+        canon.fill(k);
+        self.index.insert(canon, id);
+        id
+    }
+
+    pub fn gen(&self, id: u32) -> u32 {
+        self.gens[id as usize]
+    }
+
+    /// Whether `id` still holds the key it held when its generation was `gen`.
+    pub fn valid(&self, id: u32, gen: u32) -> bool {
+        self.gens.get(id as usize) == Some(&gen)
+    }
+
+    /// The canonical key of a live id.
+    pub fn key(&self, id: u32) -> &[Val] {
+        &self.keys[id as usize]
+    }
+
+    fn acquire(&mut self, id: u32) {
+        self.refs[id as usize] += 1;
+    }
+
+    fn release(&mut self, id: u32) {
+        let r = &mut self.refs[id as usize];
+        *r -= 1;
+        if *r == 0 {
+            if let Some((k, _)) = self.index.remove_entry(self.keys[id as usize].as_slice()) {
+                if self.spare_keys.len() < SPARE_MAX {
+                    self.spare_keys.push(k);
+                }
+            }
+            self.gens[id as usize] = self.gens[id as usize].wrapping_add(1);
+            self.free.push(id);
+        }
+    }
+
+    /// Live ids (a debug counter for tests).
+    pub fn ids(&self) -> usize {
+        self.keys.len() - self.free.len()
+    }
+
+    /// Ids ever made (the slabs' length).
+    pub fn made(&self) -> usize {
+        self.keys.len()
+    }
+}
+
 #[derive(Clone)]
 pub struct Bucket {
     pub idx: i64,
@@ -96,7 +185,6 @@ pub struct Bucket {
 
 #[derive(Clone)]
 pub struct Entry {
-    pub key: Vec<Val>,
     /// Plain tables: one state per slot. Calendar tables: the window's states while two or
     /// more closed buckets are in it (the fold of their partials), empty otherwise.
     pub states: Vec<Option<State>>,
@@ -104,9 +192,6 @@ pub struct Entry {
     /// are closed and inside the window, the rest are open.
     pub ring: std::collections::VecDeque<Bucket>,
     pub absorbed: usize,
-    /// Which key this slot holds: a new entry takes the table's next number, so an id kept
-    /// from an earlier lookup is known stale once its slot is freed or reused.
-    pub gen: u64,
 }
 
 impl Entry {
@@ -236,8 +321,11 @@ fn entry_dead(e: &Entry) -> bool {
     e.ring.is_empty() && e.states.iter().all(|s| s.as_ref().is_none_or(|s| s.empty()))
 }
 
+/// One group node's states: entries indexed by the key ids of its key space (`space`, an
+/// index into the stream's key spaces).
 #[derive(Clone)]
 pub struct GroupTable {
+    pub space: usize,
     pub hop: Option<Hop>,
     /// Bucket operations done by rolls (a debug counter: tests check a boundary costs
     /// nothing for keys that are not touched).
@@ -247,13 +335,10 @@ pub struct GroupTable {
     pub sids: Vec<String>,
     pub kinds: Vec<Kind>,
     pub inputs: Vec<Input>,
-    index: FxHashMap<Key, u32>,
-    entries: Vec<Option<Entry>>,
-    free: Vec<u32>,
+    entries: Vec<Option<Entry>>, // by key id
+    live: usize,
     spare: Vec<Entry>, // freed entries whose vectors the next new key reuses (no allocation)
-    spare_keys: Vec<Key>,
     spare_slots: Spare,
-    gens: u64,
 }
 
 const SPARE_MAX: usize = 1024;
@@ -261,54 +346,50 @@ const SPARE_MAX: usize = 1024;
 const SWEEP_EVERY: u32 = 8;
 
 impl GroupTable {
-    pub fn new() -> GroupTable {
-        GroupTable { hop: None, rolls: 0, sweep: 0, sweep_tick: 0, sids: vec![], kinds: vec![], inputs: vec![], index: FxHashMap::default(),
-                     entries: vec![], free: vec![], spare: vec![],
-                     spare_keys: vec![], spare_slots: Spare::default(), gens: 0 }
+    pub fn new(space: usize) -> GroupTable {
+        GroupTable { space, hop: None, rolls: 0, sweep: 0, sweep_tick: 0, sids: vec![], kinds: vec![],
+                     inputs: vec![], entries: vec![], live: 0, spare: vec![],
+                     spare_slots: Spare::default() }
     }
 
-    pub fn find(&self, key: &[Val]) -> Option<u32> {
-        self.index.get(key).copied()
+    /// The id of `key` if this table holds an entry for it.
+    pub fn find(&self, space: &KeySpace, key: &[Val]) -> Option<u32> {
+        space.find(key).filter(|&id| self.get(id).is_some())
     }
 
-    pub fn find_or_insert(&mut self, key: &[Val]) -> u32 {
-        if let Some(&id) = self.index.get(key) {
-            return id;
+    pub fn get(&self, id: u32) -> Option<&Entry> {
+        self.entries.get(id as usize).and_then(|e| e.as_ref())
+    }
+
+    /// Make sure the table holds an entry for key id `id` (of its space), making one if not.
+    pub fn insert_at(&mut self, space: &mut KeySpace, id: u32) {
+        let i = id as usize;
+        if i < self.entries.len() && self.entries[i].is_some() {
+            return;
         }
         let mut entry = self.spare.pop().unwrap_or_else(|| Entry {
-            key: vec![], states: vec![], ring: Default::default(), absorbed: 0, gen: 0 });
-        self.gens += 1;
-        entry.gen = self.gens;
+            states: vec![], ring: Default::default(), absorbed: 0 });
         entry.ring.clear();
         entry.absorbed = 0;
-        entry.key.clear();
-        entry.key.extend(key.iter().map(|v| v.canonical()));
         if self.hop.is_some() {
             entry.states.clear(); // see Entry::states
         } else if entry.states.len() != self.sids.len() {
             entry.states.clear();
             entry.states.resize_with(self.sids.len(), || None);
         } // else: a freed entry's states, emptied, of this table's slots
-
-        let mut canon = self.spare_keys.pop().unwrap_or_default();
-        canon.fill(&entry.key);
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.entries[id as usize] = Some(entry);
-                id
-            }
-            None => {
-                self.entries.push(Some(entry));
-                (self.entries.len() - 1) as u32
-            }
-        };
-        self.index.insert(canon, id);
-        id
+        if i >= self.entries.len() {
+            self.entries.resize_with(i + 1, || None);
+        }
+        self.entries[i] = Some(entry);
+        self.live += 1;
+        space.acquire(id);
     }
 
-    /// Whether `id` still holds the entry that had generation `gen`.
-    pub fn holds(&self, id: u32, gen: u64) -> bool {
-        self.entries.get(id as usize).and_then(|e| e.as_ref()).is_some_and(|e| e.gen == gen)
+    /// `key`'s id, with an entry for it in this table.
+    pub fn find_or_insert(&mut self, space: &mut KeySpace, key: &[Val]) -> u32 {
+        let id = space.intern(key);
+        self.insert_at(space, id);
+        id
     }
 
     pub fn entry(&self, id: u32) -> &Entry {
@@ -326,13 +407,14 @@ impl GroupTable {
     }
 
     /// Roll entry `id` to the current bucket `b` (calendar tables); frees it if nothing is
-    /// left. Returns whether it is still live.
-    pub fn roll(&mut self, id: u32, b: i64) -> bool {
+    /// left (giving its key id back to `space`, unless none: a copy for a digest). Returns
+    /// whether it is still live.
+    pub fn roll(&mut self, id: u32, b: i64, space: Option<&mut KeySpace>) -> bool {
         let Some(hop) = self.hop else { return true };
         let e = self.entries[id as usize].as_mut().expect("live entry");
         self.rolls += roll(e, &self.kinds, &hop, b, &mut self.spare_slots);
         if entry_dead(e) {
-            self.remove(id);
+            self.remove(id, space);
             return false;
         }
         true
@@ -340,7 +422,7 @@ impl GroupTable {
 
     /// Every `SWEEP_EVERY` inserts, roll the next live entry after the sweep cursor: O(1),
     /// and a key that stops coming is freed after one pass over the table.
-    pub fn sweep_one(&mut self, b: i64) {
+    pub fn sweep_one(&mut self, b: i64, space: &mut KeySpace) {
         self.sweep_tick = self.sweep_tick.wrapping_add(1);
         if self.sweep_tick % SWEEP_EVERY != 0 {
             return;
@@ -349,7 +431,7 @@ impl GroupTable {
         for _ in 0..n.min(4) {
             self.sweep = if self.sweep + 1 >= n { 0 } else { self.sweep + 1 };
             if self.entries[self.sweep].is_some() {
-                self.roll(self.sweep as u32, b);
+                self.roll(self.sweep as u32, b, Some(space));
                 return;
             }
         }
@@ -401,8 +483,8 @@ impl GroupTable {
     }
 
     /// A copy of slot `slot`'s window state of key `key` as it would be at bucket `b`.
-    pub fn state_at(&self, key: &[Val], slot: usize, b: i64) -> Option<State> {
-        let id = self.find(key)?;
+    pub fn state_at(&self, space: &KeySpace, key: &[Val], slot: usize, b: i64) -> Option<State> {
+        let id = self.find(space, key)?;
         let e = self.entry(id);
         match self.hop {
             None => e.states[slot].clone(),
@@ -427,20 +509,19 @@ impl GroupTable {
             let ids: Vec<u32> = (0..t.entries.len() as u32)
                 .filter(|i| t.entries[*i as usize].is_some()).collect();
             for id in ids {
-                t.roll(id, b);
+                t.roll(id, b, None);
             }
         }
         t
     }
 
-    pub fn remove(&mut self, id: u32) {
+    /// Free entry `id`, giving its key id back to `space` (none: a copy for a digest).
+    pub fn remove(&mut self, id: u32, space: Option<&mut KeySpace>) {
         if let Some(mut e) = self.entries[id as usize].take() {
-            if let Some((k, _)) = self.index.remove_entry(e.key.as_slice()) {
-                if self.spare_keys.len() < SPARE_MAX {
-                    self.spare_keys.push(k);
-                }
+            self.live -= 1;
+            if let Some(space) = space {
+                space.release(id);
             }
-            self.free.push(id);
             for bk in e.ring.drain(..) {
                 self.spare_slots.give(bk.parts);
             }
@@ -460,12 +541,21 @@ impl GroupTable {
     }
 
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.live
+    }
+
+    /// Free every entry (the table leaves the plan), giving the key ids back to `space`.
+    pub fn release_all(&mut self, space: &mut KeySpace) {
+        for id in 0..self.entries.len() as u32 {
+            if self.entries[id as usize].is_some() {
+                self.remove(id, Some(space));
+            }
+        }
     }
 
     /// Take a new list of slots (sid, kind, input): states of kept sids move along, states
     /// of dropped sids go, and entries left without any state are freed.
-    pub fn set_slots(&mut self, slots: Vec<(String, Kind, Input)>) {
+    pub fn set_slots(&mut self, slots: Vec<(String, Kind, Input)>, space: &mut KeySpace) {
         let map: Vec<Option<usize>> =
             slots.iter().map(|(sid, _, _)| self.sids.iter().position(|s| s == sid)).collect();
         let mut dead = vec![];
@@ -485,7 +575,7 @@ impl GroupTable {
             }
         }
         for id in dead {
-            self.remove(id);
+            self.remove(id, Some(space));
         }
         self.spare_slots.clear(); // vectors of the old slots' width and kinds
         for e in self.spare.iter_mut() {
@@ -517,15 +607,17 @@ impl GroupTable {
     }
 
     /// Entries ordered by their canonical key bytes: (key bytes, entry).
-    fn sorted(&self, py: Python<'_>, strings: &Interner) -> Vec<(Vec<u8>, &Entry)> {
+    fn sorted(&self, py: Python<'_>, strings: &Interner, space: &KeySpace) -> Vec<(Vec<u8>, &Entry)> {
         let mut out: Vec<(Vec<u8>, &Entry)> = self
             .entries
             .iter()
-            .flatten()
-            .map(|e| {
+            .enumerate()
+            .filter_map(|(id, e)| e.as_ref().map(|e| (id as u32, e)))
+            .map(|(id, e)| {
+                let key = space.key(id);
                 let mut o = Out::default();
-                o.u32(e.key.len() as u32);
-                for v in &e.key {
+                o.u32(key.len() as u32);
+                for v in key {
                     o.val(py, v, strings);
                 }
                 (o.buf, e)
@@ -536,12 +628,13 @@ impl GroupTable {
     }
 
     /// Every entry (`digest`: only entries holding a non-empty state, for the logical digest).
-    pub fn write(&self, py: Python<'_>, out: &mut Out, strings: &Interner, digest: bool) {
+    pub fn write(&self, py: Python<'_>, out: &mut Out, strings: &Interner, space: &KeySpace,
+                 digest: bool) {
         out.u32(self.sids.len() as u32);
         for s in &self.sids {
             out.bytes(s.as_bytes());
         }
-        let entries = self.sorted(py, strings);
+        let entries = self.sorted(py, strings, space);
         let kept: Vec<_> = entries
             .into_iter()
             .filter(|(_, e)| !digest || !entry_dead(e))
@@ -579,7 +672,7 @@ impl GroupTable {
     /// Read entries written by `write` into this table, mapping slots by sid. `disjoint`:
     /// refuse a key the table holds already (merging tables built over disjoint keys).
     pub fn read(&mut self, py: Python<'_>, inp: &mut In<'_>, strings: &mut Interner,
-                disjoint: bool) -> PyResult<()> {
+                space: &mut KeySpace, disjoint: bool) -> PyResult<()> {
         let n = inp.u32()? as usize;
         let mut sids = Vec::with_capacity(n);
         for _ in 0..n {
@@ -593,11 +686,11 @@ impl GroupTable {
             for _ in 0..kl {
                 key.push(inp.val(py, strings)?);
             }
-            if disjoint && self.find(&key).is_some() {
+            if disjoint && self.find(space, &key).is_some() {
                 return Err(pyo3::exceptions::PyValueError::new_err(
                     "a group key held by two of the merged states"));
             }
-            let id = self.find_or_insert(&key);
+            let id = self.find_or_insert(space, &key);
             let width = self.sids.len();
             let mut states: Vec<Option<State>> = vec![None; width];
             for slot in map.iter() {

@@ -6,13 +6,18 @@
 //! `MetricInputError` before anything changes), appends it to the reservoir, moves every
 //! cursor (the shared current-event tail takes the already lowered event; heads read older
 //! events from the reservoir's chunks), then finalizes every metric of the stream.
+//!
+//! Group keys are interned once per group-by field list (`KeySpace`, keyed.rs), and a lowered
+//! row keeps the ids it got (`Row::kids`, with their generation): the windows inserting it
+//! after the first and the heads evicting it later index their tables by id, without hashing
+//! the key again. An id whose key was freed since (its generation moved on) is looked up anew.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
 use crate::aggregations::{lower as finalize, Func, Kind, State};
-use crate::keyed::{GroupTable, Hop, Input};
+use crate::keyed::{GroupTable, Hop, Input, KeySpace};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::window::{split, Cursor, Spec};
 
@@ -22,17 +27,27 @@ const LOWERED_CHUNKS_MAX: usize = 256;
 /// so it catches up).
 pub const IDLE_STEP_MAX: u32 = 64;
 
-/// A chunk's events as lowered rows (row-major, `fields` values and `preds` flags each).
+/// A chunk's events as lowered rows (row-major, `fields` values, `preds` flags and one key
+/// id per key space each).
 #[derive(Default)]
 struct Lowered {
     ts: Vec<i64>,
     vals: Vec<Val>,
     preds: Vec<bool>,
+    kids: Vec<KeyRef>,
 }
+
+/// A row's key id in one key space and the id's generation then (`NO_KEY`: not interned yet).
+#[derive(Clone, Copy, PartialEq)]
+struct KeyRef {
+    id: u32,
+    gen: u32,
+}
+
+const NO_KEY: KeyRef = KeyRef { id: u32::MAX, gen: 0 };
 
 struct GroupRoute {
     table: usize,
-    key_fields: Vec<usize>,
 }
 
 struct Route {
@@ -59,24 +74,39 @@ struct Output {
 struct Row {
     vals: Vec<Val>,
     preds: Vec<bool>,
+    kids: Vec<KeyRef>,
 }
 
 /// The tables, windows and scratch buffers the insert/evict paths touch.
 struct Core {
     windows: Vec<Window>,
     tables: Vec<GroupTable>,
+    /// Key spaces (one per group-by field list) and the fields of each.
+    spaces: Vec<KeySpace>,
+    space_fields: Vec<Vec<usize>>,
+    space_names: Vec<Vec<String>>,
     key: Vec<Val>,
     slot_vals: Vec<(usize, Val)>,
-    /// Per table, the entry the current event was inserted into: (its id, generation), or
-    /// none. Reading the event's values finds its key there instead of in the table's index
-    /// (with one table per window, 120 windows make 120 index lookups fewer per event).
-    found: Vec<Option<(u32, u64)>>,
 }
 
 impl Core {
     fn key_of(key: &mut Vec<Val>, row: &Row, fields: &[usize]) {
         key.clear();
         key.extend(fields.iter().map(|&f| row.vals[f]));
+    }
+
+    /// The row's key id in space `s`: the one it carries if still valid, else looked up
+    /// (`intern`: made if new; the caller then makes a table entry for it) and kept in the row.
+    fn kid(&mut self, row: &mut Row, s: usize, intern: bool) -> Option<u32> {
+        let r = row.kids[s];
+        let space = &mut self.spaces[s];
+        if r.id != u32::MAX && space.valid(r.id, r.gen) {
+            return Some(r.id);
+        }
+        Core::key_of(&mut self.key, row, &self.space_fields[s]);
+        let id = if intern { space.intern(&self.key) } else { space.find(&self.key)? };
+        row.kids[s] = KeyRef { id, gen: space.gen(id) };
+        Some(id)
     }
 
     fn input(inp: Input, row: &Row) -> Val {
@@ -87,28 +117,25 @@ impl Core {
         }
     }
 
-    /// Insert into window `w` (or only into slot `only` = (table, slot)); `current`: the row
-    /// is the event being ingested, whose values are read next (see `found`).
-    fn insert(&mut self, w: usize, row: &Row, ts: i64, pos: u64, only: Option<(usize, usize)>,
-              current: bool) {
-        let win = &self.windows[w];
-        if pos < win.start_pos {
+    /// Insert into window `w` (or only into slot `only` = (table, slot)).
+    fn insert(&mut self, w: usize, row: &mut Row, ts: i64, pos: u64, only: Option<(usize, usize)>) {
+        if pos < self.windows[w].start_pos {
             return;
         }
-        for route in &win.routes {
+        for ri in 0..self.windows[w].routes.len() {
+            let route = &self.windows[w].routes[ri];
             if route.pred.is_some_and(|p| !row.preds[p]) {
                 continue;
             }
-            for g in &route.groups {
-                if only.is_some_and(|(t, _)| t != g.table) {
+            for gi in 0..route.groups.len() {
+                let table = self.windows[w].routes[ri].groups[gi].table;
+                if only.is_some_and(|(t, _)| t != table) {
                     continue;
                 }
-                Core::key_of(&mut self.key, row, &g.key_fields);
-                let t = &mut self.tables[g.table];
-                let id = t.find_or_insert(&self.key);
-                if current {
-                    self.found[g.table] = Some((id, t.entry(id).gen));
-                }
+                let s = self.tables[table].space;
+                let id = self.kid(row, s, true).expect("interned");
+                let t = &mut self.tables[table];
+                t.insert_at(&mut self.spaces[s], id);
                 if let Some(hop) = t.hop {
                     // A calendar window: the event joins its bucket; the window takes the
                     // bucket in when it closes (see keyed.rs).
@@ -120,7 +147,7 @@ impl Core {
                     }
                     t.insert_bucket(id, ts, pos, &self.slot_vals);
                     if only.is_none() {
-                        t.sweep_one(hop.bucket(ts));
+                        t.sweep_one(hop.bucket(ts), &mut self.spaces[s]);
                     }
                     continue;
                 }
@@ -136,34 +163,35 @@ impl Core {
         }
     }
 
-    /// The entry of `self.key` in `table` as of time `t` (a calendar table rolls it first).
-    fn read(&mut self, table: usize, t: i64) -> Option<&crate::keyed::Entry> {
+    /// The entry of the row's key in `table` as of time `t` (a calendar table rolls it first).
+    fn read(&mut self, table: usize, row: &mut Row, t: i64) -> Option<&crate::keyed::Entry> {
+        let s = self.tables[table].space;
+        let id = self.kid(row, s, false)?;
         let tb = &mut self.tables[table];
-        let id = match self.found[table] {
-            Some((id, gen)) if tb.holds(id, gen) => id,
-            _ => tb.find(&self.key)?,
-        };
+        tb.get(id)?;
         if let Some(hop) = tb.hop {
-            if !tb.roll(id, hop.bucket(t)) {
+            if !tb.roll(id, hop.bucket(t), Some(&mut self.spaces[s])) {
                 return None;
             }
         }
-        Some(tb.entry(id))
+        tb.get(id)
     }
 
-    fn evict(&mut self, w: usize, row: &Row, ts: i64, pos: u64) -> Result<(), String> {
-        let win = &self.windows[w];
-        if pos < win.start_pos {
+    fn evict(&mut self, w: usize, row: &mut Row, ts: i64, pos: u64) -> Result<(), String> {
+        if pos < self.windows[w].start_pos {
             return Ok(());
         }
-        for route in &win.routes {
+        for ri in 0..self.windows[w].routes.len() {
+            let route = &self.windows[w].routes[ri];
             if route.pred.is_some_and(|p| !row.preds[p]) {
                 continue;
             }
-            for g in &route.groups {
-                Core::key_of(&mut self.key, row, &g.key_fields);
-                let t = &mut self.tables[g.table];
-                let Some(id) = t.find(&self.key) else {
+            for gi in 0..route.groups.len() {
+                let table = self.windows[w].routes[ri].groups[gi].table;
+                let s = self.tables[table].space;
+                let id = self.kid(row, s, false);
+                let t = &mut self.tables[table];
+                let Some(id) = id.filter(|&id| t.get(id).is_some()) else {
                     // A key is freed once all its states are empty, which leaves in its window
                     // only events every slot skipped (nulls; non-numbers for SUM or MIN, ...):
                     // their evictions change nothing.
@@ -184,7 +212,7 @@ impl Core {
                     }
                 }
                 if empty {
-                    t.remove(id);
+                    t.remove(id, Some(&mut self.spaces[s]));
                 }
             }
         }
@@ -254,6 +282,7 @@ impl StreamCore {
             };
             if current { self.cur.vals[i] = x } else { self.tmp.vals[i] = x }
         }
+        if current { self.cur.kids.fill(NO_KEY) } else { self.tmp.kids.fill(NO_KEY) }
         self.preds_into(py, ev, current)
     }
 
@@ -282,9 +311,9 @@ impl StreamCore {
     /// The reservoir's `append`, natively: the event joins the open chunk (its JSON is
     /// already in `self.blob`); the chunk closes when it reaches its target size. The lowered
     /// row (`self.cur`) joins the lowered cache, so heads passing it later do not lower the
-    /// event again. Returns its position.
+    /// event again. Returns its position and its place in the lowered cache (chunk, index).
     fn append(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>, ts: i64, event: &Bound<'_, PyAny>)
-              -> PyResult<u64> {
+              -> PyResult<(u64, i64, usize)> {
         use pyo3::intern;
         let pos: u64 = res.getattr(intern!(py, "next_pos"))?.extract()?;
         let first: u64 = res.getattr(intern!(py, "open_first_pos"))?.extract()?;
@@ -305,12 +334,24 @@ impl StreamCore {
             lw.ts.push(ts);
             lw.vals.extend_from_slice(&self.cur.vals);
             lw.preds.extend_from_slice(&self.cur.preds);
+            lw.kids.extend_from_slice(&self.cur.kids);
         }
         self.bound_lowered(k);
         if open_bytes >= self.chunk_bytes_target {
             res.call_method0(intern!(py, "close_open"))?;
         }
-        Ok(pos)
+        Ok((pos, k, idx))
+    }
+
+    /// Keep the key ids `row` got in the lowered cache's row (chunk `k`, index `idx`).
+    fn keep_kids(&mut self, k: i64, idx: usize, current: bool) {
+        let row = if current { &self.cur } else { &self.tmp };
+        let n = row.kids.len();
+        if let Some(lw) = self.lowered.get_mut(&k) {
+            if lw.kids.len() >= (idx + 1) * n {
+                lw.kids[idx * n..(idx + 1) * n].copy_from_slice(&row.kids);
+            }
+        }
     }
 
     /// Keep at most `LOWERED_CHUNKS_MAX` lowered chunks, dropping the oldest but `keep` (the
@@ -347,9 +388,8 @@ impl StreamCore {
     fn take(&mut self, py: Python<'_>, event: &Bound<'_, PyAny>, ts: i64) -> PyResult<()> {
         let res = self.res.bind(py).clone();
         let chunks = self.chunks.bind(py).len();
-        let pos = self.append(py, &res, ts, event)?;
+        let (pos, k, idx) = self.append(py, &res, ts, event)?;
         let next_pos = pos + 1;
-        self.core.found.iter_mut().for_each(|f| *f = None);
         for oi in 0..self.order.len() {
             let ci = self.order[oi];
             let c = &self.cursors[ci];
@@ -357,8 +397,9 @@ impl StreamCore {
                 // Fast path: the shared current-event tail takes only this event.
                 for wi in 0..c.inserts.len() {
                     let w = self.cursors[ci].inserts[wi];
-                    self.core.insert(w, &self.cur, ts, pos, None, true);
+                    self.core.insert(w, &mut self.cur, ts, pos, None);
                 }
+                self.keep_kids(k, idx, true); // for the heads that evict it later
                 let c = &mut self.cursors[ci];
                 c.pos = next_pos;
                 c.stale = true;
@@ -406,6 +447,7 @@ impl StreamCore {
         }
         let width = self.fields.len();
         let pwidth = self.preds.len();
+        let kwidth = self.core.spaces.len();
         while self.cursors[ci].pos < end {
             self.cursors[ci].position(py, &res)?;
             let (k, idx) = (self.cursors[ci].k, self.cursors[ci].idx);
@@ -419,15 +461,20 @@ impl StreamCore {
             }
             self.tmp.vals.copy_from_slice(&lw.vals[idx * width..(idx + 1) * width]);
             self.tmp.preds.copy_from_slice(&lw.preds[idx * pwidth..(idx + 1) * pwidth]);
+            self.tmp.kids.copy_from_slice(&lw.kids[idx * kwidth..(idx + 1) * kwidth]);
+            let had = self.tmp.kids.clone();
             let pos = self.cursors[ci].pos;
             let c = &self.cursors[ci];
             for &w in &c.inserts {
-                self.core.insert(w, &self.tmp, ts, pos, None, false);
+                self.core.insert(w, &mut self.tmp, ts, pos, None);
             }
             for &w in &c.evicts {
-                if let Err(m) = self.core.evict(w, &self.tmp, ts, pos) {
+                if let Err(m) = self.core.evict(w, &mut self.tmp, ts, pos) {
                     return Err(self.invariant(py, m));
                 }
+            }
+            if self.tmp.kids != had {
+                self.keep_kids(k, idx, false);
             }
             let c = &mut self.cursors[ci];
             c.pos += 1;
@@ -447,6 +494,7 @@ impl StreamCore {
             lw.ts.push(ts);
             lw.vals.extend_from_slice(&self.tmp.vals);
             lw.preds.extend_from_slice(&self.tmp.preds);
+            lw.kids.extend_from_slice(&self.tmp.kids);
         }
         self.lowered.insert(k, lw);
         self.bound_lowered(k);
@@ -512,7 +560,9 @@ impl StreamCore {
         Ok(StreamCore {
             res, chunks, input_error, invariant, fields: vec![], preds: vec![], cursors: vec![],
             order: vec![], outputs: vec![],
-            core: Core { windows: vec![], tables: vec![], key: vec![], slot_vals: vec![], found: vec![] },
+            core: Core { windows: vec![], tables: vec![], spaces: vec![], space_fields: vec![],
+                         space_names: vec![],
+                         key: vec![], slot_vals: vec![] },
             gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
@@ -520,7 +570,7 @@ impl StreamCore {
     }
 
     /// Take a new lowered plan; cursors (by id) and group tables (by gid) carry over.
-    fn set_plan(&mut self, fields: Vec<Py<PyString>>, preds: Vec<PyObject>,
+    fn set_plan(&mut self, py: Python<'_>, fields: Vec<Py<PyString>>, preds: Vec<PyObject>,
                 cursors: Vec<(i64, String, i64, i64, i64, u64)>, order: Vec<i64>,
                 windows: Vec<WindowSpec>, outputs: Vec<OutputSpec>) -> PyResult<()> {
         let mut old: FxHashMap<i64, Cursor> = self.cursors.drain(..).map(|c| (c.id, c)).collect();
@@ -532,6 +582,15 @@ impl StreamCore {
             self.cursors.push(cur);
         }
         self.order = order.iter().map(|id| self.cursor_index(*id)).collect::<PyResult<_>>()?;
+        // Key spaces carry over by their fields' names (field numbers change between plans),
+        // tables by gid; a table keeps its entries, indexed by its space's ids.
+        let old_names = std::mem::take(&mut self.core.space_names);
+        let mut old_spaces: FxHashMap<Vec<String>, KeySpace> =
+            old_names.iter().cloned().zip(self.core.spaces.drain(..)).collect();
+        let mut space_index: FxHashMap<Vec<String>, usize> = FxHashMap::default();
+        let mut spaces: Vec<KeySpace> = vec![];
+        let mut space_fields: Vec<Vec<usize>> = vec![];
+        let mut space_names: Vec<Vec<String>> = vec![];
         let mut old_tables: FxHashMap<String, GroupTable> =
             self.gids.drain(..).zip(self.core.tables.drain(..)).collect();
         let mut index: FxHashMap<String, usize> = FxHashMap::default();
@@ -553,8 +612,25 @@ impl StreamCore {
             for (pred, groups) in routes {
                 let mut gs = vec![];
                 for (gid, key_fields, slots) in groups {
+                    let names = key_fields.iter()
+                        .map(|&f| Ok(fields.get(f).ok_or_else(|| {
+                            pyo3::exceptions::PyValueError::new_err(format!("group field {f}"))
+                        })?.bind(py).to_str()?.to_string()))
+                        .collect::<PyResult<Vec<String>>>()?;
+                    let si = match space_index.get(&names) {
+                        Some(&si) => si,
+                        None => {
+                            spaces.push(old_spaces.remove(&names).unwrap_or_default());
+                            space_fields.push(key_fields.clone());
+                            space_names.push(names.clone());
+                            space_index.insert(names, spaces.len() - 1);
+                            spaces.len() - 1
+                        }
+                    };
                     let ti = *index.entry(gid.clone()).or_insert_with(|| {
-                        tables.push(old_tables.remove(&gid).unwrap_or_else(GroupTable::new));
+                        let mut t = old_tables.remove(&gid).unwrap_or_else(|| GroupTable::new(si));
+                        t.space = si;
+                        tables.push(t);
                         self.gids.push(gid.clone());
                         tables.len() - 1
                     });
@@ -567,9 +643,9 @@ impl StreamCore {
                         };
                         ss.push((sid, Kind::parse(&kind, arg)?, inp));
                     }
-                    tables[ti].set_slots(ss);
+                    tables[ti].set_slots(ss, &mut spaces[si]);
                     tables[ti].hop = hop;
-                    gs.push(GroupRoute { table: ti, key_fields });
+                    gs.push(GroupRoute { table: ti });
                 }
                 rs.push(Route { pred, groups: gs });
             }
@@ -585,11 +661,20 @@ impl StreamCore {
                 .collect::<PyResult<Vec<_>>>()?;
             outs.push(Output { table, key_fields, window, pred, metrics });
         }
-        self.core.found = vec![None; tables.len()];
+        // Tables that left the plan give their keys back to the spaces that stay.
+        for (_, mut t) in old_tables {
+            if let Some(&si) = old_names.get(t.space).and_then(|n| space_index.get(n)) {
+                t.release_all(&mut spaces[si]);
+            }
+        }
         self.core.tables = tables;
+        self.core.spaces = spaces;
+        self.core.space_fields = space_fields;
+        self.core.space_names = space_names;
         self.core.windows = wins;
         self.outputs = outs;
-        self.cur = Row { vals: vec![Val::Null; fields.len()], preds: vec![false; preds.len()] };
+        self.cur = Row { vals: vec![Val::Null; fields.len()], preds: vec![false; preds.len()],
+                         kids: vec![NO_KEY; self.core.spaces.len()] };
         self.tmp = self.cur.clone();
         self.fields = fields;
         self.preds = preds;
@@ -603,8 +688,7 @@ impl StreamCore {
         self.step(py, event, ts)?;
         let out = presized_dict(py, self.outputs.iter().map(|o| o.metrics.len()).sum())?;
         for o in &self.outputs {
-            Core::key_of(&mut self.core.key, &self.cur, &o.key_fields);
-            let entry = self.core.read(o.table, ts);
+            let entry = self.core.read(o.table, &mut self.cur, ts);
             for (name, slot, func) in &o.metrics {
                 let st = entry.and_then(|e| e.window(*slot));
                 out.set_item(name.bind(py), finalize(py, *func, st, ts, &self.strings))?;
@@ -692,14 +776,14 @@ impl StreamCore {
             let t = clamped[i];
             self.cur.vals.copy_from_slice(&vals[i * width..(i + 1) * width]);
             self.cur.preds.copy_from_slice(&flags[i * pwidth..(i + 1) * pwidth]);
+            self.cur.kids.fill(NO_KEY);
             self.blob.clear();
             self.blob.extend_from_slice(&blobs[start..ends[i]]);
             start = ends[i];
             self.take(py, d.as_any(), t)?;
             let mut c = 0;
             for o in &self.outputs {
-                Core::key_of(&mut self.core.key, &self.cur, &o.key_fields);
-                let entry = self.core.read(o.table, t);
+                let entry = self.core.read(o.table, &mut self.cur, t);
                 for (_, slot, func) in &o.metrics {
                     let st = entry.and_then(|e| e.window(*slot));
                     out_cols[c].push(finalize(py, *func, st, t, &self.strings));
@@ -745,7 +829,7 @@ impl StreamCore {
         };
         self.scan(py, start, end, |me, py, ts, pos, ev| {
             me.lower_into(py, ev, false)?;
-            me.core.insert(window, &me.tmp, ts, pos, only, false);
+            me.core.insert(window, &mut me.tmp, ts, pos, only);
             Ok(true)
         })?;
         if let Some((t, _)) = only {
@@ -786,6 +870,12 @@ impl StreamCore {
         self.core.tables.iter().map(|t| t.len()).sum()
     }
 
+    /// Per key space, (live key ids, ids ever made): a debug counter for tests (an id is
+    /// freed with the last entry holding it, and reused).
+    fn key_ids(&self) -> Vec<(usize, usize)> {
+        self.core.spaces.iter().map(|s| (s.ids(), s.made())).collect()
+    }
+
     /// Metric `name`'s value for the group key `key` (one value per group field) at `ts`,
     /// as if an event came at `ts` without being part of any window. Changes nothing.
     fn query(&mut self, py: Python<'_>, name: &str, key: Vec<Bound<'_, PyAny>>, ts: i64) -> PyResult<PyObject> {
@@ -802,13 +892,14 @@ impl StreamCore {
             (o.table, o.window, o.pred, o.key_fields.clone())
         };
         let t = &self.core.tables[table];
+        let space = &self.core.spaces[t.space];
         let (kind, inp) = (t.kinds[slot], t.inputs[slot]);
         if let Some(hop) = t.hop {
             // Every ingested event is in a bucket already: roll a copy to `ts`.
-            let st = t.state_at(&want, slot, hop.bucket(ts));
+            let st = t.state_at(space, &want, slot, hop.bucket(ts));
             return Ok(finalize(py, func, st.as_ref(), ts, &self.strings));
         }
-        let mut st = t.find(&want).and_then(|id| t.entry(id).states[slot].clone())
+        let mut st = t.find(space, &want).and_then(|id| t.entry(id).states[slot].clone())
             .unwrap_or_else(|| State::new(kind));
         let (start_pos, tail, head) = {
             let w = &self.core.windows[window];
@@ -859,11 +950,12 @@ impl StreamCore {
         for i in order {
             out.bytes(self.gids[i].as_bytes());
             let t = &self.core.tables[i];
+            let space = &self.core.spaces[t.space];
             match (digest, t.hop, last) {
                 (true, Some(hop), Some(l)) => {
-                    t.rolled_to(hop.bucket(l)).write(py, &mut out, &self.strings, digest)
+                    t.rolled_to(hop.bucket(l)).write(py, &mut out, &self.strings, space, digest)
                 }
-                _ => t.write(py, &mut out, &self.strings, digest),
+                _ => t.write(py, &mut out, &self.strings, space, digest),
             }
         }
         Ok(PyBytes::new(py, &out.buf))
@@ -895,12 +987,17 @@ impl StreamCore {
         let n = inp.u32()?;
         for _ in 0..n {
             let gid = String::from_utf8_lossy(inp.bytes()?).to_string();
-            let mut scratch = GroupTable::new();
-            let t = match self.gids.iter().position(|g| *g == gid) {
-                Some(i) => &mut self.core.tables[i],
-                None => &mut scratch, // a group no metric uses any more
+            let mut scratch = GroupTable::new(0);
+            let mut scratch_space = KeySpace::default();
+            let (t, space) = match self.gids.iter().position(|g| *g == gid) {
+                Some(i) => {
+                    let t = &mut self.core.tables[i];
+                    let s = t.space;
+                    (t, &mut self.core.spaces[s])
+                }
+                None => (&mut scratch, &mut scratch_space), // a group no metric uses any more
             };
-            t.read(py, &mut inp, &mut self.strings, disjoint)?;
+            t.read(py, &mut inp, &mut self.strings, space, disjoint)?;
         }
         Ok(())
     }
