@@ -7,10 +7,11 @@ follower's are sampled side by side. Warms up, then drives ``--orders`` W3 order
 per second at the leader with ``bench/api_w3.py``'s load generator while ``py-spy record``
 samples each process (``--threads --idle --native``: all threads, idle frames kept so that a
 thread's waits are visible; they are left out of the table). Prints, per node, each thread's
-CPU µs per order from the kernel over those orders (a follower's counted once it applied them
-all; threads without a Python frame, librdkafka's, by the kernel's thread name), the share of
-the samples that were on CPU and the top frames; the folded stacks stay in ``--raw`` (one file
-per node with ``--cluster``). Noisy on a shared machine: read the proportions.
+CPU µs per order from the kernel over as many orders before the sampling (a follower's counted
+once it applied them all; threads without a Python frame, librdkafka's, by the kernel's thread
+name), the share of the samples that were on CPU and the top frames; the folded stacks stay in
+``--raw`` (one file per node with ``--cluster``). Noisy on a shared machine: read the
+proportions.
 
 Needs py-spy (the ``dev`` extra) and ptrace rights over the node (root, or
 ``kernel.yama.ptrace_scope=0``).
@@ -153,29 +154,43 @@ def thread_table(pid: int, before: dict, after: dict, raw: Path, ok: int) -> str
     return "\n".join(out)
 
 
-def profile(pids: dict[str, int], raws: dict[str, Path], url: str, key: str, args,
-            caught_up=None) -> None:
-    """Sample each process of ``pids`` (role -> pid) while ``args.orders`` orders go to
-    ``url``; print each one's threads and top frames. ``caught_up()`` waits until every
-    node applied the orders, so that a follower's CPU for them is all counted."""
-    spy = _py_spy()
-    duration_s = args.orders / args.rate
-    spies = {role: _spy(spy, pid, raws[role], duration_s, args) for role, pid in pids.items()}
-    time.sleep(0.5)
+def _cpu_over_orders(pids: dict[str, int], url: str, key: str, args, seed: int,
+                     caught_up) -> tuple[dict, dict, int]:
+    """(before, after) of each process's and thread's CPU over ``args.orders`` orders sent to
+    ``url``, and how many were answered."""
     before = {role: (cpu_s(pid), _thread_cpu(pid)) for role, pid in pids.items()}
-    load = run_load([url], "/v1/events", key, args.rate, duration_s, 0.0, 2)
+    load = run_load([url], "/v1/events", key, args.rate, args.orders / args.rate, 0.0, seed)
     if caught_up is not None:
         caught_up()
     after = {role: (cpu_s(pid), _thread_cpu(pid)) for role, pid in pids.items()}
+    if load["errors"]:
+        print(f"errors {load['errors']}")
+    return before, after, args.orders - sum(load["errors"].values())
+
+
+def profile(pids: dict[str, int], raws: dict[str, Path], url: str, key: str, args,
+            caught_up=None) -> None:
+    """Each process of ``pids`` (role -> pid) over ``args.orders`` orders sent to ``url``, then
+    sampled over as many again; prints each one's threads and top frames. The per-thread CPU
+    is read over the orders not sampled: py-spy stops the process for each sample (with
+    native frames), and work that piles up meanwhile is done in larger batches, cheaper per
+    order. ``caught_up()`` waits until every node applied the orders, so that a follower's
+    CPU for them is all counted."""
+    before, after, ok = _cpu_over_orders(pids, url, key, args, 2, caught_up)
+    spy = _py_spy()
+    spies = {role: _spy(spy, pid, raws[role], args.orders / args.rate, args)
+             for role, pid in pids.items()}
+    time.sleep(0.5)
+    sampled_before, sampled_after, sampled_ok = _cpu_over_orders(pids, url, key, args, 3,
+                                                                 caught_up)
     for p in spies.values():
         p.wait()
-    ok = args.orders - sum(load["errors"].values())
-    print(f"errors {load['errors']}")
     for role, pid in pids.items():
-        used = after[role][0] - before[role][0]
-        print(f"\n######## {role} (pid {pid}): CPU per order while sampled "
-              f"{used * 1e6 / max(ok, 1):.0f} µs (sampling adds its own cost; noisy); "
-              f"stacks in {raws[role]}")
+        per = 1e6 / max(ok, 1)
+        sampled = (sampled_after[role][0] - sampled_before[role][0]) * 1e6 / max(sampled_ok, 1)
+        print(f"\n######## {role} (pid {pid}): CPU per order "
+              f"{(after[role][0] - before[role][0]) * per:.0f} µs, while sampled {sampled:.0f} "
+              f"(noisy); stacks in {raws[role]}")
         print(thread_table(pid, before[role][1], after[role][1], raws[role], ok))
         print(summarize(raws[role], args.top))
 
