@@ -130,19 +130,8 @@ def _matches(s: dict, workflow_id, version, decision, state, order, card, custom
 def run_detail(svc: Service, run_id: str) -> dict:
     """A run with the event it ran on (from the state, else the run store)."""
     view = dict(ops.get_run(svc, run_id))
-    view["event"] = _event_of(svc, run_id)
+    view["event"] = ops.run_event(svc, run_id) or {}
     return view
-
-
-def _event_of(svc: Service, run_id: str) -> dict:
-    def query(cur):
-        return cur.execute("SELECT event FROM runs WHERE run_id = ?", [run_id]).fetchone()
-
-    row = ops._read(svc, query)
-    if row is not None:
-        return orjson.loads(row[0]) if isinstance(row[0], str) else row[0]
-    stored = svc.run_store.get(run_id)
-    return {} if stored is None else stored.event
 
 
 def edge_hits(svc: Service, workflow_id: str, version: int | None) -> list[dict]:

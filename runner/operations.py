@@ -19,6 +19,7 @@ from runner.errors import NotFound, RequestInvalid, RunFinished
 from runner.runstore.base import RunRecord
 from runner.service import Service
 from runner.state import entries, queries
+from runner.state.buffer import RUN_FIELDS
 from runner.state.machine import explain, presented
 
 
@@ -91,6 +92,23 @@ def get_run(svc: Service, run_id: str) -> dict:
     if stored is None:
         raise NotFound("run_id", f"no run {run_id}")
     return view_of_record(stored)
+
+
+def run_event(svc: Service, run_id: str) -> dict | None:
+    """The event a run ran on: from rows not yet flushed, else DuckDB, else the run store (a
+    run just applied may be in neither of the last two: the store is written tens of ms
+    later). The pending rows are read first, so a generation landing meanwhile is found in
+    DuckDB."""
+    pending = svc.sm.peek_pending()[0].get(run_id)
+    if pending is not None:
+        row = (pending[RUN_FIELDS.index("event")],)
+    else:
+        row = _read(svc, lambda cur: cur.execute(
+            "SELECT event FROM runs WHERE run_id = ?", [run_id]).fetchone())
+    if row is not None:
+        return orjson.loads(row[0]) if isinstance(row[0], str) else row[0]
+    stored = svc.run_store.get(run_id)
+    return None if stored is None else stored.event
 
 
 def event_runs(svc: Service, event_id: str) -> list[dict]:

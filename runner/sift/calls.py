@@ -117,14 +117,10 @@ class SiftDoor:
                                        self.event_data(run_id))
 
     def event_data(self, run_id: str) -> dict | None:
-        """The run's event data: from the state once flushed, else from the run store (written
-        right after the run starts), else None."""
-        row = ops._read(self.svc, lambda cur: cur.execute(
-            "SELECT event FROM runs WHERE run_id = ?", [run_id]).fetchone())
-        if row is not None:
-            return (orjson.loads(row[0]) if isinstance(row[0], str) else row[0]).get("data")
-        stored = self.svc.run_store.get(run_id)
-        return None if stored is None else stored.event.get("data")
+        """The run's event data: from the state (flushed or not), else from the run store,
+        else None."""
+        event = ops.run_event(self.svc, run_id)
+        return None if event is None else event.get("data")
 
     def order_runs(self, order_id: str) -> list[dict]:
         """The runs of one order: those of the events named by the order id (fresh state),
