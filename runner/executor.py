@@ -1,7 +1,7 @@
 """Executes effects on the leader: run-store writes, app calls, webhooks; wakes run waiters.
 
 ``handle(entry, effects, leader)`` is called on the node loop thread and never blocks it: run
-store writes go to a bounded list that a writer thread takes whole, after lingering a few
+store writes go to a bounded list that a writer thread takes whole, after lingering some tens of
 milliseconds so that one wakeup and one store write serve several orders; HTTP work goes to a
 private asyncio loop. What was done is reported back through ``take_confirmations()`` so the
 service can append one ``EffectsDone`` entry for many effects; anything unconfirmed is
@@ -33,9 +33,10 @@ store_queue_runs_max = 200_000
 store_batch_runs_max = 500
 store_retry_ms_max = 5_000
 # A write waits this long for more runs to join it (they are confirmed every
-# ``effects_confirm_interval_ms`` anyway): at 500 orders/s, about one wakeup per five orders
-# instead of one per run version.
-store_linger_s = 0.01
+# ``effects_confirm_interval_ms``, 100 ms, anyway). A Thrift call to HBase costs the writer
+# ~300-400 µs of CPU (mostly the kernel's, loopback TCP and wakeups) besides ~45 µs per run: at
+# 500 orders/s a 10 ms linger (~5 runs a call) spent ~80 µs per order on calls, 50 ms ~16.
+store_linger_s = 0.05
 confirmations_max = 5_000  # per EffectsDone entry
 
 
