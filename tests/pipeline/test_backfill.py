@@ -8,6 +8,7 @@ from metrics_engine.engine import Engine
 from pipeline.backfill import MANIFEST, WORK, backfill, backfill_in_one_task
 from pipeline.feature_sets import W1
 from pipeline.features import parse_definitions
+from pipeline.ordering import InvariantViolation
 from pipeline.synthetic import generate
 
 NEW = ["SELECT COUNT(DISTINCT merchant) AS card_merchants_12h, MAX(amount) AS card_max_12h "
@@ -112,3 +113,12 @@ def test_partitioned_build_equals_the_one_task_build(spark, data, tmp_path):
     assert b.digest() == a.digest()
     a.close()
     b.close()
+
+
+def test_a_failed_backfill_leaves_no_snapshot(spark, data, tmp_path):
+    d, _ = data
+    with pytest.raises(InvariantViolation, match="lack columns"):
+        backfill(spark.read.parquet(str(d)),
+                 ["SELECT SUM(nope) AS s FROM payments GROUP BY card RANGE 1 HOURS"], W1,
+                 tmp_path / "snap", partitions=PARTITIONS)
+    assert not any((tmp_path / "snap").iterdir())
