@@ -321,8 +321,11 @@ fn entry_dead(e: &Entry) -> bool {
     e.ring.is_empty() && e.states.iter().all(|s| s.as_ref().is_none_or(|s| s.empty()))
 }
 
-/// One group node's states: entries indexed by the key ids of its key space (`space`, an
-/// index into the stream's key spaces).
+/// One group node's states, indexed by the key ids of its key space (`space`, an index into
+/// the stream's key spaces). A plain (sliding) table keeps them flat, `width` per id, with a
+/// bit per id saying whether it holds the key (an eviction touches one place, not an entry
+/// and then its vector); a freed id's states stay there emptied, for the next key to take
+/// without allocating. A calendar table keeps an `Entry` (states and bucket ring) per id.
 #[derive(Clone)]
 pub struct GroupTable {
     pub space: usize,
@@ -335,7 +338,9 @@ pub struct GroupTable {
     pub sids: Vec<String>,
     pub kinds: Vec<Kind>,
     pub inputs: Vec<Input>,
-    entries: Vec<Option<Entry>>, // by key id
+    entries: Vec<Option<Entry>>, // by key id (calendar tables)
+    flat: Vec<Option<State>>,    // by key id * width + slot (plain tables)
+    present: Vec<u64>,           // plain tables: bit `id` set while the table holds key `id`
     live: usize,
     spare: Vec<Entry>, // freed entries whose vectors the next new key reuses (no allocation)
     spare_slots: Spare,
@@ -348,22 +353,78 @@ const SWEEP_EVERY: u32 = 8;
 impl GroupTable {
     pub fn new(space: usize) -> GroupTable {
         GroupTable { space, hop: None, rolls: 0, sweep: 0, sweep_tick: 0, sids: vec![], kinds: vec![],
-                     inputs: vec![], entries: vec![], live: 0, spare: vec![],
-                     spare_slots: Spare::default() }
+                     inputs: vec![], entries: vec![], flat: vec![], present: vec![], live: 0,
+                     spare: vec![], spare_slots: Spare::default() }
     }
 
     /// The id of `key` if this table holds an entry for it.
     pub fn find(&self, space: &KeySpace, key: &[Val]) -> Option<u32> {
-        space.find(key).filter(|&id| self.get(id).is_some())
+        space.find(key).filter(|&id| self.has(id))
     }
 
-    pub fn get(&self, id: u32) -> Option<&Entry> {
-        self.entries.get(id as usize).and_then(|e| e.as_ref())
+    /// Whether the table holds key id `id`.
+    pub fn has(&self, id: u32) -> bool {
+        if self.hop.is_none() {
+            return self.present.get(id as usize / 64).is_some_and(|w| w >> (id % 64) & 1 == 1);
+        }
+        self.entries.get(id as usize).is_some_and(|e| e.is_some())
     }
 
-    /// Make sure the table holds an entry for key id `id` (of its space), making one if not.
+    /// Slot `slot`'s window state of key id `id` (none if the table does not hold the key).
+    pub fn window(&self, id: u32, slot: usize) -> Option<&State> {
+        if self.hop.is_none() {
+            if !self.has(id) {
+                return None;
+            }
+            return self.flat[id as usize * self.sids.len() + slot].as_ref();
+        }
+        self.entries.get(id as usize).and_then(|e| e.as_ref()).and_then(|e| e.window(slot))
+    }
+
+    /// The states of key id `id` (a plain table's, or a calendar entry's own).
+    fn states_of(&self, id: u32) -> &[Option<State>] {
+        if self.hop.is_none() {
+            let w = self.sids.len();
+            return &self.flat[id as usize * w..(id as usize + 1) * w];
+        }
+        &self.entry(id).states
+    }
+
+    /// Whether key id `id` holds nothing (a digest leaves it out).
+    fn dead(&self, id: u32) -> bool {
+        if self.hop.is_none() {
+            return self.states_of(id).iter().all(|s| s.as_ref().is_none_or(|s| s.empty()));
+        }
+        entry_dead(self.entry(id))
+    }
+
+    /// Ids the table holds, in id order.
+    fn ids(&self) -> Vec<u32> {
+        (0..self.entries.len().max(self.present.len() * 64) as u32).filter(|&i| self.has(i)).collect()
+    }
+
+    /// Make sure the table holds key id `id` (of its space), taking a reference to it if not.
     pub fn insert_at(&mut self, space: &mut KeySpace, id: u32) {
         let i = id as usize;
+        if self.hop.is_none() {
+            if self.present.len() <= i / 64 {
+                self.present.resize(i / 64 + 1, 0);
+            }
+            let w = &mut self.present[i / 64];
+            if *w >> (i % 64) & 1 == 1 {
+                return;
+            }
+            *w |= 1 << (i % 64);
+            let width = self.sids.len();
+            if self.flat.len() < (i + 1) * width {
+                // Room for the ids up to this one (the slab grows like a vector: amortised).
+                let want = ((i + 1) * width).max(self.flat.len() * 2);
+                self.flat.resize_with(want, || None);
+            }
+            self.live += 1;
+            space.acquire(id);
+            return;
+        }
         if i < self.entries.len() && self.entries[i].is_some() {
             return;
         }
@@ -371,12 +432,7 @@ impl GroupTable {
             states: vec![], ring: Default::default(), absorbed: 0 });
         entry.ring.clear();
         entry.absorbed = 0;
-        if self.hop.is_some() {
-            entry.states.clear(); // see Entry::states
-        } else if entry.states.len() != self.sids.len() {
-            entry.states.clear();
-            entry.states.resize_with(self.sids.len(), || None);
-        } // else: a freed entry's states, emptied, of this table's slots
+        entry.states.clear(); // see Entry::states
         if i >= self.entries.len() {
             self.entries.resize_with(i + 1, || None);
         }
@@ -400,10 +456,11 @@ impl GroupTable {
         self.entries[id as usize].as_mut().expect("live entry")
     }
 
-    /// The slots' kinds and inputs beside one entry's states (disjoint borrows).
-    pub fn slots_mut(&mut self, id: u32) -> (&[Kind], &[Input], &mut Vec<Option<State>>) {
-        let e = self.entries[id as usize].as_mut().expect("live entry");
-        (&self.kinds, &self.inputs, &mut e.states)
+    /// The slots' kinds and inputs beside a plain table's states of key id `id` (disjoint
+    /// borrows).
+    pub fn slots_mut(&mut self, id: u32) -> (&[Kind], &[Input], &mut [Option<State>]) {
+        let w = self.sids.len();
+        (&self.kinds, &self.inputs, &mut self.flat[id as usize * w..(id as usize + 1) * w])
     }
 
     /// Roll entry `id` to the current bucket `b` (calendar tables); frees it if nothing is
@@ -485,11 +542,10 @@ impl GroupTable {
     /// A copy of slot `slot`'s window state of key `key` as it would be at bucket `b`.
     pub fn state_at(&self, space: &KeySpace, key: &[Val], slot: usize, b: i64) -> Option<State> {
         let id = self.find(space, key)?;
-        let e = self.entry(id);
         match self.hop {
-            None => e.states[slot].clone(),
+            None => self.window(id, slot).cloned(),
             Some(hop) => {
-                let mut e = e.clone();
+                let mut e = self.entry(id).clone();
                 roll(&mut e, &self.kinds, &hop, b, &mut Spare::default());
                 e.window(slot).cloned()
             }
@@ -517,6 +573,21 @@ impl GroupTable {
 
     /// Free entry `id`, giving its key id back to `space` (none: a copy for a digest).
     pub fn remove(&mut self, id: u32, space: Option<&mut KeySpace>) {
+        if self.hop.is_none() {
+            if !self.has(id) {
+                return;
+            }
+            self.present[id as usize / 64] &= !(1 << (id % 64));
+            self.live -= 1;
+            if let Some(space) = space {
+                space.release(id);
+            }
+            let (_, _, states) = self.slots_mut(id);
+            for st in states.iter_mut().flatten() {
+                st.clear(); // kept for the next key taking the id
+            }
+            return;
+        }
         if let Some(mut e) = self.entries[id as usize].take() {
             self.live -= 1;
             if let Some(space) = space {
@@ -546,10 +617,8 @@ impl GroupTable {
 
     /// Free every entry (the table leaves the plan), giving the key ids back to `space`.
     pub fn release_all(&mut self, space: &mut KeySpace) {
-        for id in 0..self.entries.len() as u32 {
-            if self.entries[id as usize].is_some() {
-                self.remove(id, Some(space));
-            }
+        for id in self.ids() {
+            self.remove(id, Some(space));
         }
     }
 
@@ -558,6 +627,32 @@ impl GroupTable {
     pub fn set_slots(&mut self, slots: Vec<(String, Kind, Input)>, space: &mut KeySpace) {
         let map: Vec<Option<usize>> =
             slots.iter().map(|(sid, _, _)| self.sids.iter().position(|s| s == sid)).collect();
+        if self.hop.is_none() {
+            let ids = self.ids();
+            let (old_w, new_w) = (self.sids.len(), slots.len());
+            let n = ids.last().map_or(0, |&i| i as usize + 1);
+            let mut old = std::mem::take(&mut self.flat);
+            self.flat.resize_with(n * new_w, || None);
+            let mut dead = vec![];
+            for &id in &ids {
+                let id = id as usize;
+                for (j, m) in map.iter().enumerate() {
+                    if let Some(i) = m {
+                        self.flat[id * new_w + j] = old[id * old_w + i].take();
+                    }
+                }
+                if self.flat[id * new_w..(id + 1) * new_w].iter().all(|s| s.is_none()) {
+                    dead.push(id as u32);
+                }
+            }
+            self.sids = slots.iter().map(|s| s.0.clone()).collect();
+            self.kinds = slots.iter().map(|s| s.1).collect();
+            self.inputs = slots.iter().map(|s| s.2).collect();
+            for id in dead {
+                self.remove(id, Some(space));
+            }
+            return;
+        }
         let mut dead = vec![];
         for (id, e) in self.entries.iter_mut().enumerate() {
             if let Some(e) = e {
@@ -590,13 +685,10 @@ impl GroupTable {
     /// A calendar window's own states hold bucket numbers, not positions: only its buckets'
     /// partials are rewritten.
     pub fn renumber(&mut self, map: &[u64]) -> Result<(), u64> {
-        let calendar = self.hop.is_some();
+        for s in self.flat.iter_mut().flatten() {
+            s.renumber(map)?; // a plain table's (emptied states hold no positions)
+        }
         for e in self.entries.iter_mut().flatten() {
-            if !calendar {
-                for s in e.states.iter_mut().flatten() {
-                    s.renumber(map)?;
-                }
-            }
             for b in e.ring.iter_mut() {
                 for s in b.parts.iter_mut().flatten() {
                     s.renumber(map)?;
@@ -606,21 +698,19 @@ impl GroupTable {
         Ok(())
     }
 
-    /// Entries ordered by their canonical key bytes: (key bytes, entry).
-    fn sorted(&self, py: Python<'_>, strings: &Interner, space: &KeySpace) -> Vec<(Vec<u8>, &Entry)> {
-        let mut out: Vec<(Vec<u8>, &Entry)> = self
-            .entries
-            .iter()
-            .enumerate()
-            .filter_map(|(id, e)| e.as_ref().map(|e| (id as u32, e)))
-            .map(|(id, e)| {
+    /// Held ids ordered by their canonical key bytes: (key bytes, id).
+    fn sorted(&self, py: Python<'_>, strings: &Interner, space: &KeySpace) -> Vec<(Vec<u8>, u32)> {
+        let mut out: Vec<(Vec<u8>, u32)> = self
+            .ids()
+            .into_iter()
+            .map(|id| {
                 let key = space.key(id);
                 let mut o = Out::default();
                 o.u32(key.len() as u32);
                 for v in key {
                     o.val(py, v, strings);
                 }
-                (o.buf, e)
+                (o.buf, id)
             })
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -637,7 +727,7 @@ impl GroupTable {
         let entries = self.sorted(py, strings, space);
         let kept: Vec<_> = entries
             .into_iter()
-            .filter(|(_, e)| !digest || !entry_dead(e))
+            .filter(|(_, id)| !digest || !self.dead(*id))
             .collect();
         out.u32(kept.len() as u32);
         let state = |out: &mut Out, s: &Option<State>| match s {
@@ -647,17 +737,23 @@ impl GroupTable {
             }
             _ => out.u8(0),
         };
-        for (k, e) in kept {
+        for (k, id) in kept {
             out.buf.extend_from_slice(&k);
-            if e.states.is_empty() {
+            let states = self.states_of(id);
+            if states.is_empty() {
                 // A calendar window of at most one closed bucket: no states of its own.
                 for _ in 0..self.sids.len() {
                     out.u8(0);
                 }
             }
-            for s in &e.states {
+            for s in states {
                 state(out, s);
             }
+            let Some(e) = self.entries.get(id as usize).and_then(|e| e.as_ref()) else {
+                out.u32(0); // a plain table: no buckets
+                out.u32(0);
+                continue;
+            };
             out.u32(e.ring.len() as u32);
             out.u32(e.absorbed as u32);
             for b in &e.ring {
@@ -702,6 +798,23 @@ impl GroupTable {
             let nb = inp.u32()? as usize;
             let absorbed = inp.u32()? as usize;
             let calendar = self.hop.is_some();
+            if !calendar {
+                let (_, _, slots) = self.slots_mut(id);
+                for (slot, st) in slots.iter_mut().zip(states) {
+                    *slot = st;
+                }
+                for _ in 0..nb {
+                    // Buckets of a table that was a calendar one (none are written for plain
+                    // tables): read past them.
+                    inp.i64()?;
+                    for _ in map.iter() {
+                        if inp.u8()? == 1 {
+                            State::read(py, inp, strings)?;
+                        }
+                    }
+                }
+                continue;
+            }
             let e = self.entry_mut(id);
             // A calendar window of one closed bucket is that bucket's partial: states a
             // snapshot holds for it (files written before windows shared it) are dropped.

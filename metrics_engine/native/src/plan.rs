@@ -164,17 +164,20 @@ impl Core {
     }
 
     /// The entry of the row's key in `table` as of time `t` (a calendar table rolls it first).
-    fn read(&mut self, table: usize, row: &mut Row, t: i64) -> Option<&crate::keyed::Entry> {
+    /// Returns (table, key id), for `GroupTable::window`.
+    fn read(&mut self, table: usize, row: &mut Row, t: i64) -> Option<(usize, u32)> {
         let s = self.tables[table].space;
         let id = self.kid(row, s, false)?;
         let tb = &mut self.tables[table];
-        tb.get(id)?;
+        if !tb.has(id) {
+            return None;
+        }
         if let Some(hop) = tb.hop {
             if !tb.roll(id, hop.bucket(t), Some(&mut self.spaces[s])) {
                 return None;
             }
         }
-        tb.get(id)
+        Some((table, id))
     }
 
     fn evict(&mut self, w: usize, row: &mut Row, ts: i64, pos: u64) -> Result<(), String> {
@@ -191,7 +194,7 @@ impl Core {
                 let s = self.tables[table].space;
                 let id = self.kid(row, s, false);
                 let t = &mut self.tables[table];
-                let Some(id) = id.filter(|&id| t.get(id).is_some()) else {
+                let Some(id) = id.filter(|&id| t.has(id)) else {
                     // A key is freed once all its states are empty, which leaves in its window
                     // only events every slot skipped (nulls; non-numbers for SUM or MIN, ...):
                     // their evictions change nothing.
@@ -690,7 +693,7 @@ impl StreamCore {
         for o in &self.outputs {
             let entry = self.core.read(o.table, &mut self.cur, ts);
             for (name, slot, func) in &o.metrics {
-                let st = entry.and_then(|e| e.window(*slot));
+                let st = entry.and_then(|(t, id)| self.core.tables[t].window(id, *slot));
                 out.set_item(name.bind(py), finalize(py, *func, st, ts, &self.strings))?;
             }
         }
@@ -785,7 +788,7 @@ impl StreamCore {
             for o in &self.outputs {
                 let entry = self.core.read(o.table, &mut self.cur, t);
                 for (_, slot, func) in &o.metrics {
-                    let st = entry.and_then(|e| e.window(*slot));
+                    let st = entry.and_then(|(t, id)| self.core.tables[t].window(id, *slot));
                     out_cols[c].push(finalize(py, *func, st, t, &self.strings));
                     c += 1;
                 }
@@ -899,7 +902,7 @@ impl StreamCore {
             let st = t.state_at(space, &want, slot, hop.bucket(ts));
             return Ok(finalize(py, func, st.as_ref(), ts, &self.strings));
         }
-        let mut st = t.find(space, &want).and_then(|id| t.entry(id).states[slot].clone())
+        let mut st = t.find(space, &want).and_then(|id| t.window(id, slot).cloned())
             .unwrap_or_else(|| State::new(kind));
         let (start_pos, tail, head) = {
             let w = &self.core.windows[window];
