@@ -119,21 +119,26 @@ fn ldexp(mut x: f64, mut e: i64) -> f64 {
     x * 2f64.powi(e as i32)
 }
 
-/// Round a 55- or 56-bit quotient `q` (plus `sticky` if a remainder was dropped) to 53 bits,
-/// half to even, and scale it by `2**e`.
+/// Round a 55- or 56-bit quotient `q` (plus `sticky` if a remainder was dropped) to the bits
+/// a double has for it, half to even, and scale it by `2**e`. A result below 2**-1022 is
+/// subnormal and has fewer than 53 bits: it is rounded once, to a multiple of 2**-1074 (a
+/// 53-bit rounding followed by `ldexp` would round twice).
 fn round_quotient(q: u64, sticky: bool, e: i64) -> f64 {
     let bits = 64 - q.leading_zeros() as i64;
-    let extra = bits - 53;
-    if extra <= 0 {
-        return ldexp(q as f64, e);
+    let shift = (bits - 53).max(-1074 - e);
+    if shift <= 0 {
+        return ldexp(q as f64, e); // exact: at most 53 bits, a multiple of 2**-1074
     }
-    let mut m = q >> extra;
-    let low = q & ((1u64 << extra) - 1);
-    let half = 1u64 << (extra - 1);
+    if shift >= 64 {
+        return 0.0; // below half of 2**-1074
+    }
+    let mut m = q >> shift;
+    let low = q & ((1u64 << shift) - 1);
+    let half = 1u64 << (shift - 1);
     if low > half || (low == half && (sticky || m & 1 == 1)) {
         m += 1;
     }
-    ldexp(m as f64, e + extra)
+    ldexp(m as f64, e + shift)
 }
 
 fn div_u128(a: u128, b: u128) -> Option<f64> {
@@ -194,5 +199,22 @@ mod tests {
         assert_eq!(div(&Num::S(-7), &Num::S(2)), -3.5);
         let big = Num::S((1i128 << 100) + 1);
         assert_eq!(div(&big, &Num::S(1 << 47)), 2f64.powi(53));
+    }
+
+    #[test]
+    fn subnormal_quotients_are_rounded_once() {
+        // 3 / 2**1075 is 1.5 * 2**-1074: half way, to even (2 * 2**-1074); 2**-1075 and less
+        // round to 0 (half to even), a bit more than half to 2**-1074.
+        let tiny = f64::from_bits(1);
+        let p1075 = Num::S(1).shl(1075);
+        assert_eq!(div(&Num::S(3), &p1075), 2.0 * tiny);
+        assert_eq!(div(&Num::S(1), &p1075), 0.0);
+        assert_eq!(div(&Num::S((1 << 60) + 1), &Num::S(1).shl(1135)), tiny);
+        // (2**53 + 3) / 2**1076 is 2**51 + 0.75 units of 2**-1074: up to 2**51 + 1 of them.
+        let n = (1i128 << 53) + 3;
+        assert_eq!(div(&Num::S(n), &Num::S(1).shl(1076)), f64::from_bits((1 << 51) + 1));
+        // 1.5 * 2**-1074 plus a remainder far below: up, not to even (one rounding, sticky).
+        let big = Num::S(3).shl(200).add(&Num::S(1));
+        assert_eq!(div(&big, &Num::S(1).shl(1275)), 2.0 * tiny);
     }
 }
