@@ -101,7 +101,11 @@ def find_runs(svc: Service, *, workflow_id: str | None = None, version: int | No
                                             ("customer", customer)) if v is not None),
                        (None, None))
     if kind is not None:
-        for r in svc.run_store.lookup(kind, value, min(limit, runs_listed_max)):
+        try:
+            stored = svc.run_store.lookup(kind, value, min(limit, runs_listed_max))
+        except ValueError:  # a value no index holds ('/', too long): no stored run has it
+            stored = []
+        for r in stored:
             summary = {"run_id": r.run_id, "event_id": r.event_id, "workflow_id": r.workflow_id,
                        "workflow_version": r.workflow_version, "state": r.state,
                        "decision": r.decision, "started_ts": r.started_ts, "card": r.card,

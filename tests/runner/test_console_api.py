@@ -104,6 +104,9 @@ def test_runs_keep_scores_apps_and_event_and_are_found(api):
                        decision=run["decision"])
     assert client.get("/v1/console/runs", params={"card": "c-find", "decision": "nope"},
                       headers=analyst).json() == []
+    for unindexable in ({"order": "/"}, {"card": "a/b"}, {"customer": "€" * 200}):
+        r = client.get("/v1/console/runs", params=unindexable, headers=analyst)
+        assert r.status_code == 200 and r.json() == [], r.text  # no run has it: not a 500
     detail = client.get(f"/v1/console/runs/{run['run_id']}", headers=analyst).json()
     assert detail["event"]["data"]["card"] == "c-find" and detail["scores"]
     # read back from the run store: scores and app answers are kept
