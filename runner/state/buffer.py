@@ -74,7 +74,17 @@ class _Generation:
         self.runs[row[0]] = row
         self.views[row[0]] = view
 
+    def reset(self) -> None:
+        """Empty every container in place. The apply thread reuses one stage for every entry:
+        building a fresh one allocated 17 containers per entry, and with them young
+        collections. ``RowBuffer.absorb`` copies what it keeps, so nothing else holds them."""
+        for name in _CONTAINERS:
+            container = getattr(self, name)
+            if container:
+                container.clear()
 
+
+_CONTAINERS = tuple(_Generation.__dataclass_fields__)
 Stage = _Generation  # the rows one entry adds, merged by ``RowBuffer.absorb`` once it applied
 
 

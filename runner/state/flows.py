@@ -11,7 +11,7 @@ from typing import Any
 
 import workflows
 from runner.scoring import BUILTIN_DEMO, demo_score
-from workflows import CompiledWorkflow, OutsideWork, Walk, WorkflowInvalid
+from workflows import CompiledWorkflow, OutsideWork, StepContext, Walk, WorkflowInvalid
 
 
 class Invalid(ValueError):
@@ -73,18 +73,27 @@ def metrics_used(compiled: CompiledWorkflow) -> set[str]:
     return set(compiled.workflow.metrics)
 
 
-def context(run: dict) -> dict[str, Any]:
+def event_data(run: dict) -> dict[str, Any]:
+    """What criteria read as ``event``: the order's data, with its ``event_id`` unless the
+    data has one (a copy only then: the run's event is never changed)."""
     event = run["event"]
-    data = dict(event["data"])
-    data.setdefault("event_id", event["event_id"])
-    return {"event": data, "scores": run["scores"], "metrics": run["metrics"],
-            "apps": run["apps"]}
+    data = event["data"]
+    if "event_id" in data:
+        return data
+    return {**data, "event_id": event["event_id"]}
+
+
+def context(run: dict, data: dict[str, Any] | None = None) -> StepContext:
+    """The step context of a run; ``data`` is ``event_data(run)`` when the caller has it. It
+    holds the run's own score and app dicts (read only by the walk)."""
+    return StepContext(event_data(run) if data is None else data, run["scores"],
+                       run["metrics"], run["apps"])
 
 
 WEBHOOK_SENT = workflows.WEBHOOK_SENT  # what a webhook node's output reads: not awaited
 
 
-def advance(compiled: CompiledWorkflow, ctx: dict[str, Any], node_id: str) -> Walk:
+def advance(compiled: CompiledWorkflow, ctx: StepContext, node_id: str) -> Walk:
     """The one walk (``workflows.advance``): the backtest walks with it too. A node whose
     output says ``timed_out`` takes its default edge, whatever its criteria would say."""
     return workflows.advance(compiled, ctx, node_id)

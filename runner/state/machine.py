@@ -113,7 +113,7 @@ class RunnerStateMachine:
         if not hot:
             self.flush()  # the handler may query or update any row
             self.con.execute("BEGIN TRANSACTION")
-        self._stage = Stage()  # this entry's rows: absorbed only if it applies
+        self._stage.reset()  # this entry's rows: absorbed only if it applies
         try:
             effects = handler(entry, entries.decode(entry.payload, entry.kind))
             if not hot:
@@ -297,9 +297,11 @@ class RunnerStateMachine:
         """Walk from ``run['node_id']`` with the one walk of ``workflows`` (the backtest's too)
         until a decision or outside work; a built-in score is answered here and walked on."""
         effects: list[Any] = []
+        data = flows.event_data(run)  # the same for every round
         for _ in range(steps_per_run_max):  # each round passes at least one node
-            walk = flows.advance(compiled, flows.context(run), run["node_id"])
-            before = [s["node_id"] for s in run["path"]]
+            walk = flows.advance(compiled, flows.context(run, data), run["node_id"])
+            if walk.webhooks:
+                before = [s["node_id"] for s in run["path"]]
             for result in walk.steps:
                 self._record_step(run, result, entry.ts)
             for work in walk.webhooks:  # fired on the way, never awaited
