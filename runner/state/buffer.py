@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass, field
 
 import duckdb
+import orjson
 import pyarrow as pa
 
 from runner.errors import InvariantViolation
@@ -35,6 +36,10 @@ RUN_FIELDS = ("run_id", "event_id", "event_type", "workflow_id", "version", "sta
               "decision", "started_ts", "updated_ts", "offset_", "stored_offset", "event",
               "metrics", "scores", "apps", "waiting_for")
 STEP_FIELDS = ("run_id", "seq", "node_id", "node_kind", "edge_id", "next_node_id", "trace", "ts")
+# Columns apply stages as the run's own dicts (never changed once staged: a later version of a
+# run is a new row of new dicts) and the flusher writes as JSON text, off the apply thread.
+RUN_JSON_COLUMNS = tuple(RUN_FIELDS.index(f) for f in ("event", "metrics", "scores", "apps"))
+STEP_JSON_COLUMNS = (STEP_FIELDS.index("trace"),)
 SEEN_FIELDS = ("event_id", "event_type", "offset_", "ts")
 DECISION_FIELDS = ("run_id", "decision", "ts", "offset_")
 TASK_FIELDS = ("run_id", "node_id", "kind", "queue", "status", "deadline_ts", "created_ts",
@@ -166,7 +171,8 @@ class RowBuffer:
     # ---------------------------------------------------------------- readers
     def pending(self) -> tuple[dict[str, tuple], list[tuple]]:
         """Run rows (latest per run) and step rows applied but not yet in DuckDB, for readers
-        that scan (the console's run listing, hits and backtest)."""
+        that scan (the console's run listing, hits and backtest). Their JSON columns (a run's
+        event, metrics, scores and apps; a step's trace) may be the staged dicts, not text."""
         with self._lock:
             gens = [*self._in_flight, self.current]  # oldest first: a later row wins
             runs = {run_id: row for g in gens for run_id, row in g.runs.items()}
@@ -215,8 +221,9 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
             cur.execute("DELETE FROM events_seen WHERE event_id IN (SELECT event_id FROM _rows)")
             cur.unregister("_rows")
         _insert(cur, "events_seen", SEEN_FIELDS, list(gen.seen.values()), "INSERT")
-        _insert(cur, "runs", RUN_FIELDS, list(gen.runs.values()), "INSERT OR REPLACE")
-        _insert(cur, "steps", STEP_FIELDS, gen.steps, "INSERT")
+        _insert(cur, "runs", RUN_FIELDS, _as_json(list(gen.runs.values()), RUN_JSON_COLUMNS),
+                "INSERT OR REPLACE")
+        _insert(cur, "steps", STEP_FIELDS, _as_json(gen.steps, STEP_JSON_COLUMNS), "INSERT")
         _insert(cur, "decisions", DECISION_FIELDS, list(gen.decisions.values()),
                 "INSERT OR REPLACE")
         _insert(cur, "app_tasks", TASK_FIELDS, gen.tasks, "INSERT OR REPLACE")
@@ -261,6 +268,18 @@ def _evict(cur: duckdb.DuckDBPyConnection, runs: list[tuple[str, int, int]]) -> 
                         "AND run_id IN (SELECT run_id FROM _rows)", [value])
     finally:
         cur.unregister("_rows")
+
+
+def _as_json(rows: list[tuple], columns: tuple[int, ...]) -> list[tuple]:
+    """The rows with the staged dicts of ``columns`` as JSON text (a str stays as it is)."""
+    out = []
+    for row in rows:
+        row = list(row)
+        for i in columns:
+            if not isinstance(row[i], str):
+                row[i] = orjson.dumps(row[i]).decode()
+        out.append(tuple(row))
+    return out
 
 
 def _register(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], rows: list[tuple]) -> None:

@@ -335,8 +335,7 @@ class RunnerStateMachine:
         step["seq"], step["ts"] = seq, ts
         run["path"].append(step)
         self._stage.steps.append((run["run_id"], seq, result.node_id, result.node_kind,
-                                   result.edge_id, result.next_node_id,
-                                   orjson.dumps(step).decode(), ts))
+                                   result.edge_id, result.next_node_id, step, ts))
 
     def _open_task(self, run: dict, node: str, info: Any, entry: Any) -> Any:
         deadline = entry.ts + info.timeout_ms
@@ -621,8 +620,7 @@ class RunnerStateMachine:
             (run["run_id"], run["event_id"], run["event_type"], run["workflow_id"],
              run["version"], run["state"], run["node_id"], run["decision"], run["started_ts"],
              run["updated_ts"], run["offset"], run["stored_offset"],
-             orjson.dumps(run["event"]).decode(), orjson.dumps(run["metrics"]).decode(),
-             orjson.dumps(run["scores"]).decode(), orjson.dumps(run["apps"]).decode(),
+             run["event"], run["metrics"], run["scores"], run["apps"],  # JSON when flushed
              run["waiting_for"]), view)
 
     def _load_run(self, run_id: str) -> dict:
