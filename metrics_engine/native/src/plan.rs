@@ -242,6 +242,7 @@ pub struct StreamCore {
     blob: Vec<u8>,
     chunk_bytes_target: i64,
     lowered: FxHashMap<i64, Lowered>,
+    template: Option<(Py<PyDict>, bool)>,
 }
 
 impl StreamCore {
@@ -250,6 +251,26 @@ impl StreamCore {
             Ok(e) => PyErr::from_value(e),
             Err(e) => e,
         }
+    }
+
+    /// Every metric name of the plan mapped to None, in output order, and whether the names
+    /// are distinct: `ingest` copies it (a copy clones the key table whole, hashes and all)
+    /// and sets the values that are not None, instead of building a 405-item dict key by key
+    /// per event.
+    fn template<'py>(&mut self, py: Python<'py>) -> PyResult<(Bound<'py, PyDict>, bool)> {
+        if let Some((t, distinct)) = &self.template {
+            return Ok((t.bind(py).clone(), *distinct));
+        }
+        let n: usize = self.outputs.iter().map(|o| o.metrics.len()).sum();
+        let t = presized_dict(py, n)?;
+        for o in &self.outputs {
+            for (name, _, _) in &o.metrics {
+                t.set_item(name.bind(py), py.None())?;
+            }
+        }
+        let distinct = t.len() == n;
+        self.template = Some((t.clone().unbind(), distinct));
+        Ok((t, distinct))
     }
 
     /// Lower one value of field `f` (a non-scalar raises `MetricInputError` naming `f`).
@@ -465,7 +486,6 @@ impl StreamCore {
             self.tmp.vals.copy_from_slice(&lw.vals[idx * width..(idx + 1) * width]);
             self.tmp.preds.copy_from_slice(&lw.preds[idx * pwidth..(idx + 1) * pwidth]);
             self.tmp.kids.copy_from_slice(&lw.kids[idx * kwidth..(idx + 1) * kwidth]);
-            let had = self.tmp.kids.clone();
             let pos = self.cursors[ci].pos;
             let c = &self.cursors[ci];
             for &w in &c.inserts {
@@ -476,7 +496,9 @@ impl StreamCore {
                     return Err(self.invariant(py, m));
                 }
             }
-            if self.tmp.kids != had {
+            // Ids this row got (or renewed) go back to the cache, compared in place: no copy
+            // of the row's ids per event.
+            if self.lowered[&k].kids[idx * kwidth..(idx + 1) * kwidth] != self.tmp.kids[..] {
                 self.keep_kids(k, idx, false);
             }
             let c = &mut self.cursors[ci];
@@ -569,6 +591,7 @@ impl StreamCore {
             gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
+            template: None,
         })
     }
 
@@ -682,6 +705,7 @@ impl StreamCore {
         self.fields = fields;
         self.preds = preds;
         self.lowered.clear(); // rows of the old plan's width
+        self.template = None; // names of the old plan's outputs
         Ok(())
     }
 
@@ -689,12 +713,17 @@ impl StreamCore {
     fn ingest<'py>(&mut self, py: Python<'py>, event: &Bound<'py, PyAny>, ts: i64)
                    -> PyResult<Bound<'py, PyDict>> {
         self.step(py, event, ts)?;
-        let out = presized_dict(py, self.outputs.iter().map(|o| o.metrics.len()).sum())?;
+        let (template, distinct) = self.template(py)?;
+        let out = template.copy()?;
         for o in &self.outputs {
             let entry = self.core.read(o.table, &mut self.cur, ts);
             for (name, slot, func) in &o.metrics {
                 let st = entry.and_then(|(t, id)| self.core.tables[t].window(id, *slot));
-                out.set_item(name.bind(py), finalize(py, *func, st, ts, &self.strings))?;
+                let v = finalize(py, *func, st, ts, &self.strings);
+                // None is there already (unless a later output of the same name set a value).
+                if !distinct || !v.is_none(py) {
+                    out.set_item(name.bind(py), v)?;
+                }
             }
         }
         Ok(out)
