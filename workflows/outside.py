@@ -50,7 +50,12 @@ class OutsideWork:
         node's answer in ``apps``, or for a score node every one of its scores."""
         if self.node_id in apps:  # type: ignore[operator]
             return True
-        return self.kind == "score" and all(s in scores for s in self.scores)  # type: ignore[operator]
+        if self.kind != "score":
+            return False
+        for name in self.scores:  # a loop, not all(<generator>): called at every score node
+            if name not in scores:  # type: ignore[operator]
+                return False
+        return True
 
 
 def _has_type(value: Any, type_name: str) -> bool:

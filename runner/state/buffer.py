@@ -109,25 +109,34 @@ class RowBuffer:
     def absorb(self, stage: Stage) -> None:
         """Add the rows of one applied entry (built apart, so a rejected entry adds none).
         Under the lock: a reader's ``sync`` hands off whole entries only."""
-        with self._lock:
+        with self._lock:  # most of a stage is empty: only what it holds is touched
             gen = self.current
-            for run_id, row in stage.runs.items():
-                if run_id not in gen.runs:
-                    gen.event_runs.setdefault(row[1], []).append(run_id)
-                gen.runs[run_id] = row
-                gen.views[run_id] = stage.views[run_id]
-            gen.steps += stage.steps
+            if stage.runs:
+                views = stage.views
+                for run_id, row in stage.runs.items():
+                    if run_id not in gen.runs:
+                        gen.event_runs.setdefault(row[1], []).append(run_id)
+                    gen.runs[run_id] = row
+                    gen.views[run_id] = views[run_id]
+            if stage.steps:
+                gen.steps += stage.steps
             for event_id in stage.seen_expired:  # deleted before the inserts, so an id seen
                 if gen.seen.pop(event_id, None) is None:  # again after expiring is kept
                     gen.seen_expired.append(event_id)
-            gen.seen.update(stage.seen)
-            gen.decisions.update(stage.decisions)
-            gen.tasks += stage.tasks
-            gen.outbox += stage.outbox
+            if stage.seen:
+                gen.seen.update(stage.seen)
+            if stage.decisions:
+                gen.decisions.update(stage.decisions)
+            if stage.tasks:
+                gen.tasks += stage.tasks
+            if stage.outbox:
+                gen.outbox += stage.outbox
             for run_id, offset in stage.stored.items():
                 gen.stored[run_id] = max(offset, gen.stored.get(run_id, -1))
-            gen.outbox_done += stage.outbox_done
-            gen.runs_evicted += stage.runs_evicted
+            if stage.outbox_done:
+                gen.outbox_done += stage.outbox_done
+            if stage.runs_evicted:
+                gen.runs_evicted += stage.runs_evicted
 
     def maybe_hand_off(self) -> None:
         if self.current.rows() >= handoff_rows_max:
