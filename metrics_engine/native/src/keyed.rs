@@ -494,10 +494,13 @@ impl GroupTable {
         }
     }
 
-    /// An event of key `id` at `ts` joins its bucket's partial (calendar tables; `vals`:
-    /// (slot, value) for the slots it feeds). Events come in time order, except when filling
-    /// one new slot, whose window states `rebuild` then recomputes.
-    pub fn insert_bucket(&mut self, id: u32, ts: i64, pos: u64, vals: &[(usize, Val)]) {
+    /// An event of key `id` at `ts` joins its bucket's partial (calendar tables; `value`: what
+    /// an input takes from the event; `only`: the one slot fed, else all). Values are made
+    /// slot by slot where they are added, not gathered first: a gathered 32-byte value is
+    /// stored and read back in pieces, which stalls. Events come in time order, except when
+    /// filling one new slot, whose window states `rebuild` then recomputes.
+    pub fn insert_bucket(&mut self, id: u32, ts: i64, pos: u64, only: Option<usize>,
+                         value: impl Fn(Input) -> Val) {
         let hop = self.hop.expect("calendar table");
         let bi = hop.bucket(ts);
         let n = self.sids.len();
@@ -526,8 +529,12 @@ impl GroupTable {
             }
         };
         let parts = &mut e.ring[at].parts;
-        for (i, v) in vals {
-            parts[*i].get_or_insert_with(|| State::new(self.kinds[*i])).add_partial(v, ts, pos);
+        for (i, (part, &kind)) in parts.iter_mut().zip(&self.kinds).enumerate() {
+            if only.is_some_and(|s| s != i) {
+                continue;
+            }
+            let v = value(self.inputs[i]);
+            part.get_or_insert_with(|| State::new(kind)).add_partial(&v, ts, pos);
         }
     }
 

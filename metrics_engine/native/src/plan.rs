@@ -86,7 +86,6 @@ struct Core {
     space_fields: Vec<Vec<usize>>,
     space_names: Vec<Vec<String>>,
     key: Vec<Val>,
-    slot_vals: Vec<(usize, Val)>,
 }
 
 impl Core {
@@ -139,13 +138,7 @@ impl Core {
                 if let Some(hop) = t.hop {
                     // A calendar window: the event joins its bucket; the window takes the
                     // bucket in when it closes (see keyed.rs).
-                    self.slot_vals.clear();
-                    for (i, inp) in t.inputs.iter().enumerate() {
-                        if only.is_none_or(|(_, s)| s == i) {
-                            self.slot_vals.push((i, Core::input(*inp, row)));
-                        }
-                    }
-                    t.insert_bucket(id, ts, pos, &self.slot_vals);
+                    t.insert_bucket(id, ts, pos, only.map(|(_, s)| s), |inp| Core::input(inp, row));
                     if only.is_none() {
                         t.sweep_one(hop.bucket(ts), &mut self.spaces[s]);
                     }
@@ -587,7 +580,7 @@ impl StreamCore {
             order: vec![], outputs: vec![],
             core: Core { windows: vec![], tables: vec![], spaces: vec![], space_fields: vec![],
                          space_names: vec![],
-                         key: vec![], slot_vals: vec![] },
+                         key: vec![] },
             gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
