@@ -98,7 +98,9 @@ impl std::borrow::Borrow<[Val]> for Key {
 #[derive(Default)]
 pub struct KeySpace {
     index: FxHashMap<Key, u32>,
-    keys: Vec<Vec<Val>>,
+    /// By id, canonical; a `Key` keeps keys of up to `KEY_INLINE` values inline, so a new
+    /// key of W2's (card; card and one more field) allocates nothing.
+    keys: Vec<Key>,
     refs: Vec<u32>,
     gens: Vec<u32>,
     free: Vec<u32>,
@@ -119,17 +121,16 @@ impl KeySpace {
         let id = match self.free.pop() {
             Some(id) => id,
             None => {
-                self.keys.push(vec![]);
+                self.keys.push(Key::default());
                 self.refs.push(0);
                 self.gens.push(0);
                 (self.keys.len() - 1) as u32
             }
         };
         let k = &mut self.keys[id as usize];
-        k.clear(); // a freed id's vector, reused: no allocation per new key in steady state
-        k.extend(key.iter().map(|v| v.canonical()));
+        k.fill(key); // a freed id's key, reused: no allocation per new key in steady state
         let mut canon = self.spare_keys.pop().unwrap_or_default();
-        canon.fill(k);
+        canon.fill(k.as_slice());
         self.index.insert(canon, id);
         id
     }
@@ -145,7 +146,7 @@ impl KeySpace {
 
     /// The canonical key of a live id.
     pub fn key(&self, id: u32) -> &[Val] {
-        &self.keys[id as usize]
+        self.keys[id as usize].as_slice()
     }
 
     fn acquire(&mut self, id: u32) {
