@@ -230,9 +230,9 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
             cur.execute("DELETE FROM events_seen WHERE event_id IN (SELECT event_id FROM _rows)")
             cur.unregister("_rows")
         _insert(cur, "events_seen", SEEN_FIELDS, list(gen.seen.values()), "INSERT")
-        _insert(cur, "runs", RUN_FIELDS, _as_json(list(gen.runs.values()), RUN_JSON_COLUMNS),
-                "INSERT OR REPLACE")
-        _insert(cur, "steps", STEP_FIELDS, _as_json(gen.steps, STEP_JSON_COLUMNS), "INSERT")
+        _insert(cur, "runs", RUN_FIELDS, list(gen.runs.values()), "INSERT OR REPLACE",
+                RUN_JSON_COLUMNS)
+        _insert(cur, "steps", STEP_FIELDS, gen.steps, "INSERT", STEP_JSON_COLUMNS)
         _insert(cur, "decisions", DECISION_FIELDS, list(gen.decisions.values()),
                 "INSERT OR REPLACE")
         _insert(cur, "app_tasks", TASK_FIELDS, gen.tasks, "INSERT OR REPLACE")
@@ -279,28 +279,25 @@ def _evict(cur: duckdb.DuckDBPyConnection, runs: list[tuple[str, int, int]]) -> 
         cur.unregister("_rows")
 
 
-def _as_json(rows: list[tuple], columns: tuple[int, ...]) -> list[tuple]:
-    """The rows with the staged dicts of ``columns`` as JSON text (a str stays as it is)."""
-    out = []
-    for row in rows:
-        row = list(row)
-        for i in columns:
-            if not isinstance(row[i], str):
-                row[i] = orjson.dumps(row[i]).decode()
-        out.append(tuple(row))
-    return out
+def _json_text(value: object) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
 
 
-def _register(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], rows: list[tuple]) -> None:
+def _register(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], rows: list[tuple],
+              json_columns: tuple[int, ...] = ()) -> None:
+    """Register ``rows`` as ``_rows``; the staged dicts of ``json_columns`` become JSON text
+    (a column at a time: no row is rebuilt)."""
     columns = list(zip(*rows, strict=True))
+    for i in json_columns:
+        columns[i] = list(map(_json_text, columns[i]))
     cur.register("_rows", pa.table({f: pa.array(c) for f, c in zip(fields, columns, strict=True)}))
 
 
 def _insert(cur: duckdb.DuckDBPyConnection, table: str, fields: tuple[str, ...],
-            rows: list[tuple], verb: str) -> None:
+            rows: list[tuple], verb: str, json_columns: tuple[int, ...] = ()) -> None:
     if not rows:
         return
-    _register(cur, fields, rows)
+    _register(cur, fields, rows, json_columns)
     try:
         cur.execute(f"{verb} INTO {table} ({', '.join(fields)}) SELECT * FROM _rows")
     finally:
