@@ -11,6 +11,11 @@ how much of apply is the engine. No HTTP, no log I/O: ``bench/api_cost.py`` meas
     .venv/bin/python bench/apply_cost.py              # 50,000 orders x 3 repeats
     .venv/bin/python bench/apply_cost.py --quick      # a glance (noisy)
     .venv/bin/python bench/apply_cost.py --profile    # where the CPU goes (cProfile, top 25)
+    .venv/bin/python bench/apply_cost.py --serving-gc # the collector as a serving node sets it
+
+Without ``--serving-gc`` the collector keeps CPython's defaults, as in every earlier figure of
+this bench; a node (``runner.gcpolicy``) collects far less often and freezes its startup heap,
+so the flag is the closer figure for a node's apply thread.
 
 Target P7 (follower half): <= 120 us CPU per order.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import pstats
 import shutil
@@ -31,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.harness import Report, spread  # noqa: E402
 from replog.entry import Entry  # noqa: E402
-from runner import ids  # noqa: E402
+from runner import gcpolicy, ids  # noqa: E402
 from runner.demo import W1_METRICS, OrderGenerator, w3_definition  # noqa: E402
 from runner.state import entries  # noqa: E402
 from runner.state.machine import RunnerStateMachine  # noqa: E402
@@ -80,8 +86,8 @@ def build_feed(orders: int, seed: int) -> tuple[Feed, int, list[dict]]:
     return feed, measured_from, datas
 
 
-def run_apply(feed: Feed, measured_from: int,
-              profile: bool) -> tuple[float, float, float, str]:
+def run_apply(feed: Feed, measured_from: int, profile: bool,
+              serving_gc: bool = False) -> tuple[float, float, float, str]:
     """(CPU us per order, of which the apply thread's, wall us per order, profile text) of
     decode + apply + flush."""
     scratch = Path(tempfile.mkdtemp(prefix="railflow-apply-cost-"))
@@ -90,6 +96,8 @@ def run_apply(feed: Feed, measured_from: int,
         for offset, raw in feed.records[:measured_from]:
             sm.apply(Entry.decode(raw, offset))
         sm.flush()
+        if serving_gc:
+            gcpolicy.settle()  # as a node does once it started: the heap so far is frozen
         measured = feed.records[measured_from:]
         orders = sum(1 for _, raw in measured if b"EventReceived" in raw[:64])
         prof = cProfile.Profile() if profile else None
@@ -111,6 +119,7 @@ def run_apply(feed: Feed, measured_from: int,
             text = out.getvalue()
         return cpu / orders / 1000, thread / orders / 1000, wall / orders / 1000, text
     finally:
+        gc.unfreeze()
         sm.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -142,19 +151,25 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=None)
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one repeat")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--serving-gc", action="store_true",
+                    help="the collector's thresholds and freeze of a serving node")
     args = ap.parse_args()
+    if args.serving_gc:
+        gcpolicy.for_serving()
     orders = args.orders or (5_000 if args.quick else 50_000)
     repeats = args.repeats or (1 if args.quick else 3)
     report = Report("apply_cost", args.quick)
     feed, measured_from, datas = build_feed(orders, args.seed)
     cpu, on_thread, wall, engine = [], [], [], []
     for _ in range(repeats):
-        c, t, w, _ = run_apply(feed, measured_from, profile=False)
+        c, t, w, _ = run_apply(feed, measured_from, profile=False, serving_gc=args.serving_gc)
         cpu.append(c)
         on_thread.append(t)
         wall.append(w)
         engine.append(run_engine_alone(datas))
-    report.add(what="follower apply (decode+apply+flush)", orders=orders, repeats=repeats,
+    gc_note = ", serving gc" if args.serving_gc else ""
+    report.add(what=f"follower apply (decode+apply+flush{gc_note})", orders=orders,
+               repeats=repeats,
                cpu_us_per_order=spread(cpu), wall_us_per_order=spread(wall))
     report.add(what="  on the apply thread", orders=orders, repeats=repeats,
                cpu_us_per_order=spread(on_thread))
@@ -167,7 +182,7 @@ def main() -> None:
                   note="apply alone; bench/api_cost.py adds consume and HTTP")
     report.write(["what", "orders", "repeats", "cpu_us_per_order", "wall_us_per_order"])
     if args.profile:
-        *_, text = run_apply(feed, measured_from, profile=True)
+        *_, text = run_apply(feed, measured_from, profile=True, serving_gc=args.serving_gc)
         print(text)
 
 
