@@ -712,9 +712,11 @@ impl StreamCore {
             let entry = self.core.read(o.table, &mut self.cur, ts);
             for (name, slot, func) in &o.metrics {
                 let st = entry.and_then(|(t, id)| self.core.tables[t].window(id, *slot));
-                let v = finalize(py, *func, st, ts, &self.strings);
+                // Bound: dropped with a plain decref (a `Py` dropped asks whether the GIL
+                // is held first, 405 times an event).
+                let v = finalize(py, *func, st, ts, &self.strings).into_bound(py);
                 // None is there already (unless a later output of the same name set a value).
-                if !distinct || !v.is_none(py) {
+                if !distinct || !v.is_none() {
                     out.set_item(name.bind(py), v)?;
                 }
             }
