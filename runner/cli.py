@@ -103,11 +103,12 @@ def _serve_http(service, settings, overrides: dict, log_level: str) -> None:
     import uvicorn
 
     from runner.api.app import create_app
+    from runner.api.transport import HttpToolsProtocol
 
     # No proxy in front of a node: no proxy-headers middleware, and no Server/Date headers to
-    # format for every answer.
+    # format for every answer. httptools, each answer's head and body in one write.
     uvicorn.run(create_app(service, on_started=gcpolicy.settle), host=settings.host,
-                port=settings.port, http="httptools", loop="uvloop", log_level=log_level,
+                port=settings.port, http=HttpToolsProtocol, loop="uvloop", log_level=log_level,
                 access_log=False, proxy_headers=False, server_header=False, date_header=False)
 
 
