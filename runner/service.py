@@ -180,7 +180,7 @@ class Service:
         # One hop back to this loop when the node resolves it; lighter than wrap_future
         # (which looks the loop up again and chains cancellation back to the node's future,
         # which nothing here needs: an entry appended is applied whether anyone waits).
-        waiter = asyncio.get_running_loop().create_future()
+        waiter = _running_loop().create_future()
         fut.add_done_callback(functools.partial(_settle_threadsafe, waiter))
         return await waiter
 
@@ -209,12 +209,12 @@ class Service:
         """Wait until each run no longer waits on an app (a review does not count), or the
         deadline; return the latest known view of each run."""
         out = []
-        loop = asyncio.get_running_loop()
-        for view in runs:
+        for view in runs:  # a run decided at once (the common case) needs no loop
             while not _settled(view):
                 remaining_ms = deadline_at_ms - now_ms()
                 if remaining_ms <= 0:
                     break
+                loop = _running_loop()
                 fut = loop.create_future()
                 with self._waiters_lock:
                     if len(self._waiters) >= waiters_max:
@@ -301,6 +301,21 @@ def _next_writer_epoch(log_dir) -> int:
 
 def _settled(view: dict) -> bool:
     return view["state"] == "decided" or view.get("waiting_for") == "review"
+
+
+_loops = threading.local()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop:
+    """``asyncio.get_running_loop()`` without its ``getpid`` syscall (Python 3.11 checks the
+    pid on every call, a few % of the HTTP thread): the loop this thread last found running,
+    while it still runs. A thread runs one loop at a time, so that is the running one, unless
+    a loop was stopped here and restarted on another thread while this one runs another (no
+    server does that) or the process forked inside the loop (a node never does)."""
+    loop = getattr(_loops, "loop", None)
+    if loop is None or not loop.is_running():
+        loop = _loops.loop = asyncio.get_running_loop()
+    return loop
 
 
 def _settle_threadsafe(waiter: asyncio.Future, fut: Future) -> None:

@@ -57,3 +57,16 @@ def test_an_already_resolved_future_settles_too_and_a_gone_request_is_left_alone
         assert gone.cancelled()
 
     asyncio.run(main())
+
+
+def test_running_loop_cache_follows_the_running_loop():
+    import uvloop
+
+    from runner.service import _running_loop
+
+    async def same() -> bool:
+        return _running_loop() is asyncio.get_running_loop()
+
+    assert asyncio.run(same()) and uvloop.run(same()) and asyncio.run(same())
+    with pytest.raises(RuntimeError):
+        _running_loop()  # the last loop stopped: none runs here
