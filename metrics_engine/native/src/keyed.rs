@@ -371,6 +371,32 @@ impl GroupTable {
         self.entries.get(id as usize).is_some_and(|e| e.is_some())
     }
 
+    /// Ask the CPU to bring in key id `id`'s entry (calendar) or states (plain) ahead of use;
+    /// reads nothing itself, so an id past the slab is simply skipped.
+    #[inline]
+    pub fn prefetch(&self, id: u32) {
+        let i = id as usize;
+        let p: *const i8 = if self.hop.is_some() {
+            match self.entries.get(i) {
+                Some(e) => (e as *const Option<Entry>).cast(),
+                None => return,
+            }
+        } else {
+            match self.flat.get(i * self.sids.len()) {
+                Some(s) => (s as *const Option<State>).cast(),
+                None => return,
+            }
+        };
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint: it never faults and changes no memory.
+        #[allow(unused_unsafe)]
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+
     /// Slot `slot`'s window state of key id `id` (none if the table does not hold the key).
     pub fn window(&self, id: u32, slot: usize) -> Option<&State> {
         if self.hop.is_none() {
