@@ -61,9 +61,17 @@ def check_fields(value: Any, field: str, depth: int = 0) -> None:
         for key, item in value.items():
             if len(key) * 4 > key_bytes_max and len(key.encode()) > key_bytes_max:
                 raise RequestInvalid(field, f"field name longer than {key_bytes_max} bytes")
-            if isinstance(item, dict | list | str):
+            # A string is checked here, not by a call per value (most of an order's values):
+            # a call only when it could fail.
+            if isinstance(item, str):
+                if depth >= depth_max or len(item) * 4 > value_bytes_max:
+                    check_fields(item, f"{field}.{key}", depth + 1)
+            elif isinstance(item, dict | list):
                 check_fields(item, f"{field}.{key}", depth + 1)
     elif isinstance(value, list):
         for i, item in enumerate(value):
-            if isinstance(item, dict | list | str):
+            if isinstance(item, str):
+                if depth >= depth_max or len(item) * 4 > value_bytes_max:
+                    check_fields(item, f"{field}.{i}", depth + 1)
+            elif isinstance(item, dict | list):
                 check_fields(item, f"{field}.{i}", depth + 1)

@@ -18,6 +18,7 @@ class Telemetry:
                                        buckets=LATENCY_BUCKETS_S, registry=r)
         self.decisions = Counter("railflow_decisions", "Runs decided, by decision",
                                  ["decision"], registry=r)
+        self._decision_children: dict[str, Counter] = {}
         self.runs_stored = Counter("railflow_runs_stored", "Run versions written to the store",
                                    registry=r)
         self.app_calls = Counter("railflow_app_calls", "App calls by app and outcome",
@@ -44,5 +45,10 @@ class Telemetry:
 
     def count_decisions(self, runs: list[dict]) -> None:
         for run in runs:
-            if run["decision"] is not None:
-                self.decisions.labels(run["decision"]).inc()
+            decision = run["decision"]
+            if decision is not None:
+                # The labelled child is kept: ``labels`` validates and locks on every call.
+                child = self._decision_children.get(decision)
+                if child is None:
+                    child = self._decision_children[decision] = self.decisions.labels(decision)
+                child.inc()

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from runner import limits, signing
 from runner.api.app import create_app
 from runner.api.hot import HotPath
+from runner.errors import RequestInvalid
 from runner.runstore import keys
 from runner.runstore.base import RunRecord
 from runner.settings import Settings
@@ -147,3 +148,35 @@ def test_the_run_store_skips_index_values_it_cannot_hold():
     assert values == [("customer", "u1")]
     for kind, value in values:
         keys.index_key(kind, value, run.run_id)
+
+
+def _refusal(value) -> tuple[str, str] | None:
+    try:
+        limits.check_fields(value, "data")
+    except RequestInvalid as exc:
+        return exc.field, str(exc)
+    return None
+
+
+def _nest(levels: int, leaf, key: bool = True):
+    for _ in range(levels):
+        leaf = {"a": leaf} if key else [leaf]
+    return leaf
+
+
+@pytest.mark.parametrize("key", [True, False])
+def test_check_fields_names_the_field_at_the_depth_limit(key):
+    """A string leaf one level past ``depth_max`` is refused as too deep, naming its path;
+    one level less passes, long strings are refused where they are, in dicts and lists."""
+    step = "a" if key else "0"
+    assert _refusal(_nest(limits.depth_max, "x", key)) is None
+    assert _refusal(_nest(limits.depth_max, {}, key)) is None
+    field, message = _refusal(_nest(limits.depth_max + 1, "x", key))
+    assert field == "data" + f".{step}" * (limits.depth_max + 1) and "nested deeper" in message
+    field, message = _refusal(_nest(limits.depth_max + 1, {}, key))
+    assert field == "data" + f".{step}" * (limits.depth_max + 1) and "nested deeper" in message
+    long = "é" * (limits.value_bytes_max // 2 + 1)  # short in characters, long in bytes
+    field, message = _refusal(_nest(3, long, key))
+    assert field == "data" + f".{step}" * 3 and "string longer" in message
+    assert _refusal(_nest(3, "é" * (limits.value_bytes_max // 2), key)) is None
+    assert _refusal({"ok": ["s", {"t": "u"}, 1, None], "n": 2.5}) is None
