@@ -15,6 +15,8 @@ use std::collections::VecDeque;
 use pyo3::prelude::*;
 use rustc_hash::FxHashMap;
 
+use num_bigint::BigInt;
+
 use crate::num::{div, Num};
 use crate::value::{to_py, In, Interner, Out, Val};
 
@@ -97,21 +99,25 @@ impl Func {
     }
 }
 
+/// Exact power sums of a window. The sums lie inline as three i128 while they fit (`big`
+/// none), so a window's state is one record with no pointer to chase per event; an
+/// overflow moves all three to `big` (arbitrary precision) until they fit again.
 #[derive(Clone, Debug)]
 pub struct Moments {
     order: u8,
-    n: i64,
     f: u32,
+    n: i64,
     fx: Vec<(u32, i64)>, // floats in the window by binary exponent, sorted
-    s: [Num; 3],
+    s: [i128; 3],        // the sums while `big` is none (zero otherwise)
+    big: Option<Box<[BigInt; 3]>>,
 }
 
 #[derive(Clone, Debug)]
 pub enum State {
     Count { n: i64, last_ts: Option<i64> },
-    // Boxed: power sums are several times larger than any other state, and calendar
-    // windows keep a vector of states per key and bucket.
-    Moments(Box<Moments>),
+    // Inline (see Moments): a sliding window's sums are read and written with its other
+    // states, without a cache miss of their own per event.
+    Moments(Moments),
     Extreme { sign: i8, q: VecDeque<(u64, Val)> },
     Distinct(FxHashMap<Val, u32>),
     Fifo(VecDeque<(u64, Val)>),
@@ -141,16 +147,42 @@ fn float_ratio(v: f64) -> (Num, u32) {
 
 impl Moments {
     fn new(order: u8) -> Moments {
-        Moments { order, n: 0, f: 0, fx: Vec::new(), s: [Num::ZERO, Num::ZERO, Num::ZERO] }
+        Moments { order, n: 0, f: 0, fx: Vec::new(), s: [0; 3], big: None }
+    }
+
+    /// The three sums as exact integers.
+    fn sums(&self) -> [Num; 3] {
+        match &self.big {
+            None => [Num::S(self.s[0]), Num::S(self.s[1]), Num::S(self.s[2])],
+            Some(b) => [Num::norm(b[0].clone()), Num::norm(b[1].clone()), Num::norm(b[2].clone())],
+        }
+    }
+
+    /// Set the sums: inline if all three fit in i128, else in `big`.
+    fn set_sums(&mut self, v: [Num; 3]) {
+        if let [Num::S(a), Num::S(b), Num::S(c)] = v {
+            self.s = [a, b, c];
+            self.big = None;
+        } else {
+            self.s = [0; 3];
+            let [a, b, c] = v;
+            self.big = Some(Box::new([a.big(), b.big(), c.big()]));
+        }
+    }
+
+    /// Whether the sums live in `big` (a debug probe for tests).
+    pub fn is_big(&self) -> bool {
+        self.big.is_some()
     }
 
     fn rescale(&mut self, f: u32) {
+        let [a, b, c] = self.sums();
         if f > self.f {
             let d = f - self.f;
-            self.s = [self.s[0].shl(d), self.s[1].shl(2 * d), self.s[2].shl(3 * d)];
+            self.set_sums([a.shl(d), b.shl(2 * d), c.shl(3 * d)]);
         } else if f < self.f {
             let d = self.f - f;
-            self.s = [self.s[0].shr(d), self.s[1].shr(2 * d), self.s[2].shr(3 * d)];
+            self.set_sums([a.shr(d), b.shr(2 * d), c.shr(3 * d)]);
         }
         self.f = f;
     }
@@ -158,6 +190,7 @@ impl Moments {
     /// The exact scaled integer of `v` (None if not a finite number); counts floats.
     fn lift(&mut self, v: &Val, delta: i64) -> Option<Num> {
         match v {
+            Val::Int(i) if self.f == 0 => Some(Num::S(*i)),
             Val::Int(i) => Some(Num::S(*i).shl(self.f)),
             Val::Bool(b) => Some(Num::S(*b as i128).shl(self.f)),
             Val::Float(x) if x.is_finite() => {
@@ -180,17 +213,43 @@ impl Moments {
         }
     }
 
-    fn combine(&mut self, x: &Num, sign: i64) {
-        let apply = |a: &Num, b: &Num| if sign > 0 { a.add(b) } else { a.sub(b) };
-        self.n += sign;
-        self.s[0] = apply(&self.s[0], x);
+    /// The inline path: `x` added to (`sign` 1) or taken from (-1) the i128 sums; false,
+    /// changing nothing, if a power or a sum would overflow.
+    fn combine_small(&mut self, x: i128, sign: i64) -> bool {
+        let apply = |a: i128, b: i128| if sign > 0 { a.checked_add(b) } else { a.checked_sub(b) };
+        let Some(s0) = apply(self.s[0], x) else { return false };
+        let (mut s1, mut s2) = (self.s[1], self.s[2]);
         if self.order > 1 {
-            let xx = x.mul(x);
-            self.s[1] = apply(&self.s[1], &xx);
+            let Some(xx) = x.checked_mul(x) else { return false };
+            let Some(v) = apply(s1, xx) else { return false };
+            s1 = v;
             if self.order > 2 {
-                self.s[2] = apply(&self.s[2], &xx.mul(x));
+                let Some(v) = xx.checked_mul(x).and_then(|xxx| apply(s2, xxx)) else { return false };
+                s2 = v;
             }
         }
+        self.s = [s0, s1, s2];
+        true
+    }
+
+    fn combine(&mut self, x: &Num, sign: i64) {
+        self.n += sign;
+        if let (None, Num::S(v)) = (&self.big, x) {
+            if self.combine_small(*v, sign) {
+                return;
+            }
+        }
+        let apply = |a: &Num, b: &Num| if sign > 0 { a.add(b) } else { a.sub(b) };
+        let [mut s0, mut s1, mut s2] = self.sums();
+        s0 = apply(&s0, x);
+        if self.order > 1 {
+            let xx = x.mul(x);
+            s1 = apply(&s1, &xx);
+            if self.order > 2 {
+                s2 = apply(&s2, &xx.mul(x));
+            }
+        }
+        self.set_sums([s0, s1, s2]);
     }
 
     fn add(&mut self, v: &Val) {
@@ -207,9 +266,24 @@ impl Moments {
             self.rescale(f);
         }
         let d = f - o.f;
-        let x = [o.s[0].shl(d), o.s[1].shl(2 * d), o.s[2].shl(3 * d)];
-        for (s, x) in self.s.iter_mut().zip(&x) {
-            *s = if sign > 0 { s.add(x) } else { s.sub(x) };
+        let mut done = false;
+        if let (None, None, 0) = (&self.big, &o.big, d) {
+            // The inline path: both sums are i128 at one scale.
+            let apply = |a: i128, b: i128| if sign > 0 { a.checked_add(b) } else { a.checked_sub(b) };
+            if let (Some(a), Some(b), Some(c)) =
+                (apply(self.s[0], o.s[0]), apply(self.s[1], o.s[1]), apply(self.s[2], o.s[2])) {
+                self.s = [a, b, c];
+                done = true;
+            }
+        }
+        if !done {
+            let [o0, o1, o2] = o.sums();
+            let x = [o0.shl(d), o1.shl(2 * d), o2.shl(3 * d)];
+            let mut s = self.sums();
+            for (s, x) in s.iter_mut().zip(&x) {
+                *s = if sign > 0 { s.add(x) } else { s.sub(x) };
+            }
+            self.set_sums(s);
         }
         self.n += sign * o.n;
         for &(k, c) in &o.fx {
@@ -248,7 +322,7 @@ impl State {
     pub fn new(kind: Kind) -> State {
         match kind {
             Kind::Count => State::Count { n: 0, last_ts: None },
-            Kind::Moments(o) => State::Moments(Box::new(Moments::new(o))),
+            Kind::Moments(o) => State::Moments(Moments::new(o)),
             Kind::Extreme(sign) => State::Extreme { sign, q: VecDeque::new() },
             Kind::Distinct => State::Distinct(FxHashMap::default()),
             Kind::Fifo => State::Fifo(VecDeque::new()),
@@ -434,7 +508,8 @@ impl State {
                 m.f = 0;
                 m.fx.clear();
                 m.fx.shrink_to(KEEP);
-                m.s = [Num::ZERO, Num::ZERO, Num::ZERO];
+                m.s = [0; 3];
+                m.big = None;
             }
             State::Extreme { q, .. } | State::Fifo(q) => {
                 q.clear();
@@ -453,6 +528,11 @@ impl State {
                 *hits = 0;
             }
         }
+    }
+
+    /// Whether the state holds power sums that overflowed i128 (see Moments).
+    pub fn is_big(&self) -> bool {
+        matches!(self, State::Moments(m) if m.is_big())
     }
 
     pub fn empty(&self) -> bool {
@@ -493,8 +573,8 @@ impl State {
                     out.u32(*k);
                     out.i64(*c);
                 }
-                for s in &m.s {
-                    out.bytes(&s.to_bytes());
+                for s in &m.sums() {
+                    out.bytes(&s.to_bytes()); // canonical: the same bytes inline or big
                 }
             }
             State::Extreme { sign, q } => {
@@ -562,7 +642,9 @@ impl State {
                 }
                 let s = [Num::from_bytes(inp.bytes()?), Num::from_bytes(inp.bytes()?),
                          Num::from_bytes(inp.bytes()?)];
-                State::Moments(Box::new(Moments { order, n, f, fx, s }))
+                let mut m = Moments { order, n, f, fx, s: [0; 3], big: None };
+                m.set_sums(s);
+                State::Moments(m)
             }
             2 => {
                 let sign = inp.u8()? as i8;
@@ -602,6 +684,10 @@ impl State {
 
 fn num_to_py(py: Python<'_>, n: &Num) -> PyObject {
     match n {
+        // Most sums fit 64 bits: a plain C long, not a conversion from 16 bytes.
+        Num::S(v) if i64::try_from(*v).is_ok() => {
+            (*v as i64).into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or(py.None())
+        }
         Num::S(v) => v.into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or(py.None()),
         Num::B(b) => b.into_pyobject(py).map(|o| o.into_any().unbind()).unwrap_or(py.None()),
     }
@@ -616,7 +702,8 @@ fn var(m: &Moments, ddof: i64) -> Option<f64> {
         return None;
     }
     let n = Num::S(m.n as i128);
-    let num = n.mul(&m.s[1]).sub(&m.s[0].mul(&m.s[0])); // exact, >= 0
+    let s = m.sums();
+    let num = n.mul(&s[1]).sub(&s[0].mul(&s[0])); // exact, >= 0
     let den = Num::S((m.n as i128) * ((m.n - ddof) as i128)).shl(2 * m.f);
     Some(div(&num, &den))
 }
@@ -626,7 +713,8 @@ fn skewness(m: &Moments) -> Option<f64> {
         return None;
     }
     let n = Num::S(m.n as i128);
-    let (s1, s2, s3) = (&m.s[0], &m.s[1], &m.s[2]);
+    let s = m.sums();
+    let (s1, s2, s3) = (&s[0], &s[1], &s[2]);
     let b = n.mul(s2).sub(&s1.mul(s1));
     if b.is_zero() {
         return None;
@@ -652,16 +740,19 @@ pub fn lower(py: Python<'_>, func: Func, st: Option<&State>, ts: i64, strings: &
             if m.n == 0 {
                 none()
             } else if !m.fx.is_empty() {
-                float(py, div(&m.s[0], &Num::S(1).shl(m.f))) // a float in the window: a float sum
+                float(py, div(&m.sums()[0], &Num::S(1).shl(m.f))) // a float in the window: a float sum
             } else {
-                num_to_py(py, &m.s[0])
+                match &m.big {
+                    None => num_to_py(py, &Num::S(m.s[0])),
+                    Some(_) => num_to_py(py, &m.sums()[0]),
+                }
             }
         }
         (Func::Avg, Some(State::Moments(m))) => {
             if m.n == 0 {
                 none()
             } else {
-                float(py, div(&m.s[0], &Num::S(m.n as i128).shl(m.f)))
+                float(py, div(&m.sums()[0], &Num::S(m.n as i128).shl(m.f)))
             }
         }
         (Func::VarSamp, Some(State::Moments(m))) => var(m, 1).map_or_else(none, |v| float(py, v)),

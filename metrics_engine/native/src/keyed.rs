@@ -1,8 +1,10 @@
 //! Keyed state. A stream's group keys are interned once per group-by field list (`KeySpace`)
-//! to dense ids shared by every group node grouping by those fields; each group node's table
-//! (`GroupTable`: one window, filter and group-by) keeps its entries in a slab indexed by that
-//! id, so an event is hashed once per group-by, not once per window, and a lowered row that
-//! carries its key's id (see plan.rs) is evicted without a lookup. An entry holds one state
+//! to dense ids shared by every group node grouping by those fields, so an event is hashed
+//! once per group-by, not once per window, and a lowered row that carries its key's id (see
+//! plan.rs) is evicted without a lookup. The sliding windows' states of a group-by lie in one
+//! record per key id (the space's slab: every plain table's slots at its own column), so an
+//! event updates all its windows (W1's P3: 120) in one contiguous stretch of memory; a
+//! calendar table (`GroupTable`: one window, filter and group-by) keeps an entry per id. An entry holds one state
 //! per state slot; an entry whose states are all empty after an eviction is freed, and a key
 //! id is freed once no table holds an entry for it, so state does not grow with keys that
 //! left every window. Keys are stored canonical (see value.rs), and snapshots and digests
@@ -105,6 +107,12 @@ pub struct KeySpace {
     gens: Vec<u32>,
     free: Vec<u32>,
     spare_keys: Vec<Key>,
+    /// The sliding (plain) tables' states of this group-by, one record per key id: `stride`
+    /// states, each attached table's slots at its column (`GroupTable::col`), so an event
+    /// updates every window of its key in one contiguous stretch of memory instead of one
+    /// cold place per window. A freed id's states stay there, emptied, for the next key.
+    slab: Vec<Option<State>>,
+    stride: usize,
 }
 
 impl KeySpace {
@@ -175,6 +183,36 @@ impl KeySpace {
     /// Ids ever made (the slabs' length).
     pub fn made(&self) -> usize {
         self.keys.len()
+    }
+
+    /// Empty the record slab and give it `stride` states per id (the plain tables are
+    /// detached: `GroupTable::detach`, then `attach` each at its column).
+    pub fn reset_slab(&mut self, stride: usize) {
+        self.slab = vec![];
+        self.stride = stride;
+    }
+
+    /// Make room in the slab for ids up to `id` (grows like a vector: amortised).
+    fn grow_slab(&mut self, id: usize) {
+        let need = (id + 1) * self.stride;
+        if self.slab.len() < need {
+            let want = need.max(self.slab.len() * 2);
+            self.slab.resize_with(want, || None);
+        }
+    }
+
+    /// Rewrite the event positions of every state in the slab (see `State::renumber`).
+    pub fn renumber(&mut self, map: &[u64]) -> Result<(), u64> {
+        for s in self.slab.iter_mut().flatten() {
+            s.renumber(map)?;
+        }
+        Ok(())
+    }
+
+    /// States whose power sums overflowed i128 and live in arbitrary precision now (a debug
+    /// counter for tests).
+    pub fn big_sums(&self) -> usize {
+        self.slab.iter().flatten().filter(|s| s.is_big()).count()
     }
 }
 
@@ -340,7 +378,11 @@ pub struct GroupTable {
     pub kinds: Vec<Kind>,
     pub inputs: Vec<Input>,
     entries: Vec<Option<Entry>>, // by key id (calendar tables)
-    flat: Vec<Option<State>>,    // by key id * width + slot (plain tables)
+    /// Plain tables: where the states are. Attached (`Some(col)`): in the key space's record
+    /// slab at `id * stride + col + slot`; detached (while a plan changes, or a scratch
+    /// table): in `flat`, by `id * width + slot`.
+    col: Option<usize>,
+    flat: Vec<Option<State>>,
     present: Vec<u64>,           // plain tables: bit `id` set while the table holds key `id`
     live: usize,
     spare: Vec<Entry>, // freed entries whose vectors the next new key reuses (no allocation)
@@ -354,7 +396,7 @@ const SWEEP_EVERY: u32 = 8;
 impl GroupTable {
     pub fn new(space: usize) -> GroupTable {
         GroupTable { space, hop: None, rolls: 0, sweep: 0, sweep_tick: 0, sids: vec![], kinds: vec![],
-                     inputs: vec![], entries: vec![], flat: vec![], present: vec![], live: 0,
+                     inputs: vec![], entries: vec![], col: None, flat: vec![], present: vec![], live: 0,
                      spare: vec![], spare_slots: Spare::default() }
     }
 
@@ -371,56 +413,71 @@ impl GroupTable {
         self.entries.get(id as usize).is_some_and(|e| e.is_some())
     }
 
-    /// Ask the CPU to bring in key id `id`'s entry (calendar) or states (plain) ahead of use;
-    /// reads nothing itself, so an id past the slab is simply skipped.
+    /// Ask the CPU to bring in key id `id`'s entry (calendar) or states (plain: every cache
+    /// line they span) ahead of use; reads nothing itself, so an id past the slab is simply
+    /// skipped.
     #[inline]
-    pub fn prefetch(&self, id: u32) {
+    pub fn prefetch(&self, space: &KeySpace, id: u32) {
         let i = id as usize;
-        let p: *const i8 = if self.hop.is_some() {
+        let (p, bytes): (*const i8, usize) = if self.hop.is_some() {
             match self.entries.get(i) {
-                Some(e) => (e as *const Option<Entry>).cast(),
+                Some(e) => ((e as *const Option<Entry>).cast(), 1),
                 None => return,
             }
         } else {
-            match self.flat.get(i * self.sids.len()) {
-                Some(s) => (s as *const Option<State>).cast(),
+            let got = match self.col {
+                Some(c) => space.slab.get(i * space.stride + c),
+                None => self.flat.get(i * self.sids.len()),
+            };
+            match got {
+                Some(s) => ((s as *const Option<State>).cast(),
+                            self.sids.len() * std::mem::size_of::<Option<State>>()),
                 None => return,
             }
         };
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint: it never faults and changes no memory.
-        #[allow(unused_unsafe)]
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p);
+        // Every line from the one holding the first byte to the one holding the last.
+        let (mut off, end) = (0, bytes + (p as usize & 63));
+        while off < end {
+            let q = p.wrapping_add(off);
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefetch is a hint: it never faults and changes no memory.
+            #[allow(unused_unsafe)]
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(q);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = q;
+            off += 64;
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
     }
 
     /// Slot `slot`'s window state of key id `id` (none if the table does not hold the key).
-    pub fn window(&self, id: u32, slot: usize) -> Option<&State> {
+    pub fn window<'a>(&'a self, space: &'a KeySpace, id: u32, slot: usize) -> Option<&'a State> {
         if self.hop.is_none() {
             if !self.has(id) {
                 return None;
             }
-            return self.flat[id as usize * self.sids.len() + slot].as_ref();
+            return self.states_of(space, id)[slot].as_ref();
         }
         self.entries.get(id as usize).and_then(|e| e.as_ref()).and_then(|e| e.window(slot))
     }
 
     /// The states of key id `id` (a plain table's, or a calendar entry's own).
-    fn states_of(&self, id: u32) -> &[Option<State>] {
+    fn states_of<'a>(&'a self, space: &'a KeySpace, id: u32) -> &'a [Option<State>] {
         if self.hop.is_none() {
-            let w = self.sids.len();
-            return &self.flat[id as usize * w..(id as usize + 1) * w];
+            let (w, i) = (self.sids.len(), id as usize);
+            return match self.col {
+                Some(c) => &space.slab[i * space.stride + c..i * space.stride + c + w],
+                None => &self.flat[i * w..(i + 1) * w],
+            };
         }
         &self.entry(id).states
     }
 
     /// Whether key id `id` holds nothing (a digest leaves it out).
-    fn dead(&self, id: u32) -> bool {
+    fn dead(&self, space: &KeySpace, id: u32) -> bool {
         if self.hop.is_none() {
-            return self.states_of(id).iter().all(|s| s.as_ref().is_none_or(|s| s.empty()));
+            return self.states_of(space, id).iter().all(|s| s.as_ref().is_none_or(|s| s.empty()));
         }
         entry_dead(self.entry(id))
     }
@@ -443,8 +500,10 @@ impl GroupTable {
             }
             *w |= 1 << (i % 64);
             let width = self.sids.len();
-            if self.flat.len() < (i + 1) * width {
-                // Room for the ids up to this one (the slab grows like a vector: amortised).
+            if self.col.is_some() {
+                space.grow_slab(i);
+            } else if self.flat.len() < (i + 1) * width {
+                // Room for the ids up to this one (grows like a vector: amortised).
                 let want = ((i + 1) * width).max(self.flat.len() * 2);
                 self.flat.resize_with(want, || None);
             }
@@ -484,10 +543,50 @@ impl GroupTable {
     }
 
     /// The slots' kinds and inputs beside a plain table's states of key id `id` (disjoint
-    /// borrows).
-    pub fn slots_mut(&mut self, id: u32) -> (&[Kind], &[Input], &mut [Option<State>]) {
+    /// borrows; the states lie in `space`'s slab when the table is attached).
+    pub fn slots_mut<'a>(&'a mut self, space: &'a mut KeySpace, id: u32)
+                         -> (&'a [Kind], &'a [Input], &'a mut [Option<State>]) {
+        let (w, i) = (self.sids.len(), id as usize);
+        let states = match self.col {
+            Some(c) => &mut space.slab[i * space.stride + c..i * space.stride + c + w],
+            None => &mut self.flat[i * w..(i + 1) * w],
+        };
+        (&self.kinds, &self.inputs, states)
+    }
+
+    /// Move a plain table's states out of its space's slab into its own `flat` (before the
+    /// plan changes: slots, tables and so the record layout may change).
+    pub fn detach(&mut self, space: &mut KeySpace) {
+        let Some(c) = self.col.take() else { return };
         let w = self.sids.len();
-        (&self.kinds, &self.inputs, &mut self.flat[id as usize * w..(id as usize + 1) * w])
+        let ids = self.ids();
+        let n = ids.last().map_or(0, |&i| i as usize + 1);
+        self.flat = Vec::with_capacity(n * w);
+        self.flat.resize_with(n * w, || None);
+        for id in ids {
+            let (i, b) = (id as usize, id as usize * space.stride + c);
+            for j in 0..w {
+                self.flat[i * w + j] = space.slab.get_mut(b + j).and_then(|s| s.take());
+            }
+        }
+    }
+
+    /// Move a detached plain table's states into its space's slab at column `col` (the
+    /// space's slab was reset to the new record layout).
+    pub fn attach(&mut self, space: &mut KeySpace, col: usize) {
+        if self.hop.is_some() || self.col.is_some() {
+            return;
+        }
+        let w = self.sids.len();
+        let mut flat = std::mem::take(&mut self.flat);
+        self.col = Some(col);
+        for id in self.ids() {
+            let i = id as usize;
+            space.grow_slab(i);
+            for j in 0..w {
+                space.slab[i * space.stride + col + j] = flat.get_mut(i * w + j).and_then(|s| s.take());
+            }
+        }
     }
 
     /// Roll entry `id` to the current bucket `b` (calendar tables); frees it if nothing is
@@ -577,7 +676,7 @@ impl GroupTable {
     pub fn state_at(&self, space: &KeySpace, key: &[Val], slot: usize, b: i64) -> Option<State> {
         let id = self.find(space, key)?;
         match self.hop {
-            None => self.window(id, slot).cloned(),
+            None => self.window(space, id, slot).cloned(),
             Some(hop) => {
                 let mut e = self.entry(id).clone();
                 roll(&mut e, &self.kinds, &hop, b, &mut Spare::default());
@@ -613,10 +712,15 @@ impl GroupTable {
             }
             self.present[id as usize / 64] &= !(1 << (id % 64));
             self.live -= 1;
-            if let Some(space) = space {
-                space.release(id);
-            }
-            let (_, _, states) = self.slots_mut(id);
+            let w = self.sids.len();
+            let states = match space {
+                Some(space) => {
+                    space.release(id);
+                    self.slots_mut(space, id).2
+                }
+                None if self.col.is_none() => &mut self.flat[id as usize * w..(id as usize + 1) * w],
+                None => return, // states in a slab that is not at hand: a copy's (never hot)
+            };
             for st in states.iter_mut().flatten() {
                 st.clear(); // kept for the next key taking the id
             }
@@ -662,6 +766,7 @@ impl GroupTable {
         let map: Vec<Option<usize>> =
             slots.iter().map(|(sid, _, _)| self.sids.iter().position(|s| s == sid)).collect();
         if self.hop.is_none() {
+            self.detach(space); // a new width: the space's record layout changes too
             let ids = self.ids();
             let (old_w, new_w) = (self.sids.len(), slots.len());
             let n = ids.last().map_or(0, |&i| i as usize + 1);
@@ -720,7 +825,7 @@ impl GroupTable {
     /// partials are rewritten.
     pub fn renumber(&mut self, map: &[u64]) -> Result<(), u64> {
         for s in self.flat.iter_mut().flatten() {
-            s.renumber(map)?; // a plain table's (emptied states hold no positions)
+            s.renumber(map)?; // a detached plain table's (attached ones: KeySpace::renumber)
         }
         for e in self.entries.iter_mut().flatten() {
             for b in e.ring.iter_mut() {
@@ -761,7 +866,7 @@ impl GroupTable {
         let entries = self.sorted(py, strings, space);
         let kept: Vec<_> = entries
             .into_iter()
-            .filter(|(_, id)| !digest || !self.dead(*id))
+            .filter(|(_, id)| !digest || !self.dead(space, *id))
             .collect();
         out.u32(kept.len() as u32);
         let state = |out: &mut Out, s: &Option<State>| match s {
@@ -773,7 +878,7 @@ impl GroupTable {
         };
         for (k, id) in kept {
             out.buf.extend_from_slice(&k);
-            let states = self.states_of(id);
+            let states = self.states_of(space, id);
             if states.is_empty() {
                 // A calendar window of at most one closed bucket: no states of its own.
                 for _ in 0..self.sids.len() {
@@ -833,7 +938,7 @@ impl GroupTable {
             let absorbed = inp.u32()? as usize;
             let calendar = self.hop.is_some();
             if !calendar {
-                let (_, _, slots) = self.slots_mut(id);
+                let (_, _, slots) = self.slots_mut(space, id);
                 for (slot, st) in slots.iter_mut().zip(states) {
                     *slot = st;
                 }

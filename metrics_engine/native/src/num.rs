@@ -24,7 +24,7 @@ impl Num {
     }
 
     /// Back to i128 when a big value fits again (after evictions).
-    fn norm(b: BigInt) -> Num {
+    pub fn norm(b: BigInt) -> Num {
         match b.to_i128() {
             Some(v) => Num::S(v),
             None => Num::B(b),

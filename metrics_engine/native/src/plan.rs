@@ -133,7 +133,7 @@ impl Core {
                 let table = self.windows[w].routes[ri].groups[gi].table;
                 let s = self.tables[table].space;
                 if let Some(id) = self.kid(row, s, false) {
-                    self.tables[table].prefetch(id);
+                    self.tables[table].prefetch(&self.spaces[s], id);
                 }
             }
         }
@@ -160,7 +160,7 @@ impl Core {
                     }
                     continue;
                 }
-                let (kinds, inputs, states) = t.slots_mut(id);
+                let (kinds, inputs, states) = t.slots_mut(&mut self.spaces[s], id);
                 for (i, st) in states.iter_mut().enumerate() {
                     if only.is_some_and(|(_, s)| s != i) {
                         continue;
@@ -170,6 +170,12 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Slot `slot`'s window state of key id `id` in table `t`.
+    fn window(&self, t: usize, id: u32, slot: usize) -> Option<&State> {
+        let tb = &self.tables[t];
+        tb.window(&self.spaces[tb.space], id, slot)
     }
 
     /// The entry of the row's key in `table` as of time `t` (a calendar table rolls it first).
@@ -213,7 +219,7 @@ impl Core {
                     return Err(format!("evicting position {pos} of a key with no state"));
                 };
                 let mut empty = true;
-                let (_, inputs, states) = t.slots_mut(id);
+                let (_, inputs, states) = t.slots_mut(&mut self.spaces[s], id);
                 for (i, st) in states.iter_mut().enumerate() {
                     let Some(st) = st else {
                         return Err(format!("evicting position {pos} from a missing state"));
@@ -421,6 +427,9 @@ impl StreamCore {
     fn take(&mut self, py: Python<'_>, event: &Bound<'_, PyAny>, ts: i64) -> PyResult<()> {
         let res = self.res.bind(py).clone();
         let chunks = self.chunks.bind(py).len();
+        // First (the append's Python calls give the misses time to resolve): the heads'
+        // next rows are older than this event, so no bound on their end is needed yet.
+        self.prefetch_evictions(ts, u64::MAX);
         let (pos, k, idx) = self.append(py, &res, ts, event)?;
         let next_pos = pos + 1;
         for oi in 0..self.order.len() {
@@ -447,6 +456,40 @@ impl StreamCore {
             self.lowered.retain(|k, _| *k >= base);
         }
         Ok(())
+    }
+
+    /// Ask the CPU for the states every head is about to evict (its next row's key record,
+    /// at each of its windows' columns) before any eviction runs: with many misaligned
+    /// windows each head evicts a row of another key, a cache miss each, and asked for
+    /// together those misses overlap instead of coming one after another. Only a hint: rows
+    /// not lowered yet, or whose key id went stale, are skipped.
+    fn prefetch_evictions(&self, t: i64, next_pos: u64) {
+        let kwidth = self.core.spaces.len();
+        for c in &self.cursors {
+            if c.evicts.is_empty() || c.stale {
+                continue;
+            }
+            let (lim, end) = c.spec.limits(t, next_pos);
+            if c.pos >= end {
+                continue;
+            }
+            let Some(lw) = self.lowered.get(&c.k) else { continue };
+            if lw.ts.len() <= c.idx || lw.ts[c.idx] > lim {
+                continue;
+            }
+            let kids = &lw.kids[c.idx * kwidth..(c.idx + 1) * kwidth];
+            for &w in &c.evicts {
+                for route in &self.core.windows[w].routes {
+                    for g in &route.groups {
+                        let tb = &self.core.tables[g.table];
+                        let (r, space) = (kids[tb.space], &self.core.spaces[tb.space]);
+                        if r.id != u32::MAX && space.valid(r.id, r.gen) {
+                            tb.prefetch(space, r.id);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     fn advance_one(&mut self, py: Python<'_>, ci: usize, t: i64, next_pos: u64) -> PyResult<()> {
@@ -608,6 +651,11 @@ impl StreamCore {
     fn set_plan(&mut self, py: Python<'_>, fields: Vec<Py<PyString>>, preds: Vec<PyObject>,
                 cursors: Vec<(i64, String, i64, i64, i64, u64)>, order: Vec<i64>,
                 windows: Vec<WindowSpec>, outputs: Vec<OutputSpec>) -> PyResult<()> {
+        // Plain tables' states leave their spaces' record slabs while the plan changes (the
+        // records' layout follows the tables and their slots), and go back at the end.
+        for t in self.core.tables.iter_mut() {
+            t.detach(&mut self.core.spaces[t.space]);
+        }
         let mut old: FxHashMap<i64, Cursor> = self.cursors.drain(..).map(|c| (c.id, c)).collect();
         for (id, kind, a, b, c, pos) in cursors {
             let mut cur = old.remove(&id).unwrap_or_else(|| Cursor::new(id, Spec::All, pos));
@@ -702,6 +750,24 @@ impl StreamCore {
                 t.release_all(&mut spaces[si]);
             }
         }
+        // Each space's record: its plain tables' slots side by side, in plan order (the order
+        // the windows insert in).
+        let mut stride = vec![0usize; spaces.len()];
+        let mut cols = vec![None; tables.len()];
+        for (ti, t) in tables.iter().enumerate() {
+            if t.hop.is_none() {
+                cols[ti] = Some(stride[t.space]);
+                stride[t.space] += t.sids.len();
+            }
+        }
+        for (si, sp) in spaces.iter_mut().enumerate() {
+            sp.reset_slab(stride[si]);
+        }
+        for (t, col) in tables.iter_mut().zip(cols) {
+            if let Some(c) = col {
+                t.attach(&mut spaces[t.space], c);
+            }
+        }
         self.core.tables = tables;
         self.core.spaces = spaces;
         self.core.space_fields = space_fields;
@@ -727,7 +793,7 @@ impl StreamCore {
         for o in &self.outputs {
             let entry = self.core.read(o.table, &mut self.cur, ts);
             for (name, slot, func) in &o.metrics {
-                let st = entry.and_then(|(t, id)| self.core.tables[t].window(id, *slot));
+                let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
                 // Bound: dropped with a plain decref (a `Py` dropped asks whether the GIL
                 // is held first, 405 times an event).
                 let v = finalize(py, *func, st, ts, &self.strings).into_bound(py);
@@ -828,7 +894,7 @@ impl StreamCore {
             for o in &self.outputs {
                 let entry = self.core.read(o.table, &mut self.cur, t);
                 for (_, slot, func) in &o.metrics {
-                    let st = entry.and_then(|(t, id)| self.core.tables[t].window(id, *slot));
+                    let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
                     out_cols[c].push(finalize(py, *func, st, t, &self.strings));
                     c += 1;
                 }
@@ -913,6 +979,12 @@ impl StreamCore {
         self.core.tables.iter().map(|t| t.len()).sum()
     }
 
+    /// States whose power sums overflowed i128 and are held in arbitrary precision (a debug
+    /// counter for tests).
+    fn big_sums(&self) -> usize {
+        self.core.spaces.iter().map(|s| s.big_sums()).sum()
+    }
+
     /// Per key space, (live key ids, ids ever made): a debug counter for tests (an id is
     /// freed with the last entry holding it, and reused).
     fn key_ids(&self) -> Vec<(usize, usize)> {
@@ -942,7 +1014,7 @@ impl StreamCore {
             let st = t.state_at(space, &want, slot, hop.bucket(ts));
             return Ok(finalize(py, func, st.as_ref(), ts, &self.strings));
         }
-        let mut st = t.find(space, &want).and_then(|id| t.window(id, slot).cloned())
+        let mut st = t.find(space, &want).and_then(|id| t.window(space, id, slot).cloned())
             .unwrap_or_else(|| State::new(kind));
         let (start_pos, tail, head) = {
             let w = &self.core.windows[window];
@@ -1009,8 +1081,9 @@ impl StreamCore {
     /// the events' positions in the whole stream, ready to `dump` and merge. The core's own
     /// cursors and reservoir keep the old numbering: only `dump` is meaningful afterwards.
     fn renumber(&mut self, py: Python<'_>, positions: Vec<u64>) -> PyResult<()> {
-        for t in self.core.tables.iter_mut() {
-            if let Err(p) = t.renumber(&positions) {
+        let spaces = self.core.spaces.iter_mut().map(|s| s.renumber(&positions));
+        for r in self.core.tables.iter_mut().map(|t| t.renumber(&positions)).chain(spaces) {
+            if let Err(p) = r {
                 return Err(self.invariant(py, format!("renumbering position {p} of {}",
                                                       positions.len())));
             }
