@@ -2,10 +2,11 @@
 
 Events go into an open in-memory chunk (the native core appends them with their JSON, see
 ``StreamCore.ingest``; ``append`` does the same in Python when a stream is reopened). When
-its serialized size reaches ``chunk_bytes_target`` the chunk closes, becomes immutable, and a
-background writer compresses it (zstd) and appends it to the stream's current segment file
-(which rolls at ``segment_bytes_max``), then fsyncs. Until then the closed chunk stays in
-memory, so readers never wait for the disk and asynchronous writes never change what they read.
+its serialized size reaches ``chunk_bytes_target`` the chunk closes, becomes immutable, and the
+native writer thread (``Writer``; it never takes the GIL) compresses it (zstd) and appends it
+to the stream's current segment file (which rolls at ``segment_bytes_max``), then fsyncs.
+Until then the closed chunk stays in memory, so readers never wait for the disk and
+asynchronous writes never change what they read.
 
 Readers (``Cursor`` in plan.py) walk chunks in order by number and ask for the next chunk to be
 prefetched by a background thread before they need it. ``trim(floor)`` forgets chunks that end
@@ -25,19 +26,18 @@ from __future__ import annotations
 
 import bisect
 import os
-import queue
 import shutil
 import struct
-import threading
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 import zstandard
+from railflow_metrics_native import NativeWriter
 
 from metrics_engine.errors import InvariantViolation
 
@@ -111,57 +111,30 @@ def write_segment(directory: Path, segment: int, first_pos: int,
 
 
 class Writer:
-    """One background thread that compresses, appends and fsyncs closed chunks, in order."""
+    """The engine's disk writer: one native thread (``NativeWriter``) compresses, appends and
+    fsyncs closed chunks in order and deletes passed segments, without the GIL, so ingest
+    never waits for it; reservoirs collect where their chunks landed (``_drain``)."""
 
     def __init__(self, *, fsync: bool = True):
         self.fsync = fsync
-        self.queue: queue.Queue = queue.Queue(maxsize=PENDING_CHUNKS_MAX)
-        self.error: BaseException | None = None
-        self._compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-        self._thread = threading.Thread(target=self._run, name="reservoir-writer", daemon=True)
-        self._thread.start()
+        self.native = NativeWriter(fsync, PENDING_CHUNKS_MAX)
 
-    def submit(self, item: tuple) -> None:
-        if self.error is not None:
-            raise InvariantViolation(f"reservoir writer failed: {self.error!r}")
-        self.queue.put(item)
+    def check(self) -> None:
+        error = self.native.error()
+        if error is not None:
+            raise InvariantViolation(f"reservoir writer failed: {error}")
 
     def barrier(self, roll: bool = False) -> None:
         """Wait until everything submitted so far is durable; ``roll`` closes open segments."""
-        done = threading.Event()
-        self.submit(("barrier", roll, done))
-        done.wait()
-        if self.error is not None:
-            raise InvariantViolation(f"reservoir writer failed: {self.error!r}")
+        self.native.barrier(roll)
+        self.check()
+
+    def pause(self, paused: bool) -> None:
+        """Hold the thread before its next item (tests: a writer lagging behind ingest)."""
+        self.native.pause(paused)
 
     def stop(self) -> None:
-        self.queue.put(("stop",))
-        self._thread.join()
-
-    def _run(self) -> None:
-        rolled: set = set()
-        while True:
-            item = self.queue.get()
-            try:
-                if item[0] == "stop":
-                    for res in list(rolled):
-                        res._close_segment()
-                    return
-                if item[0] == "chunk":
-                    _, res, k, meta, payload = item
-                    res._write_chunk(k, meta, self._compressor.compress(payload), self.fsync)
-                    rolled.add(res)
-                elif item[0] == "trim":
-                    item[1]._delete_segments(item[2])
-                elif item[0] == "barrier":
-                    if item[1]:
-                        for res in rolled:
-                            res._close_segment()
-                    item[2].set()
-            except BaseException as e:  # surfaced to the ingesting thread on its next submit
-                self.error = e
-                if item[0] == "barrier":
-                    item[2].set()
+        self.native.stop()
 
 
 class StreamReservoir:
@@ -186,14 +159,34 @@ class StreamReservoir:
         self.open_blobs: list[bytes] = []
         self.open_bytes = 0
         self.next_pos = first_pos
-        self.durable_pos = first_pos
+        self._durable_pos = first_pos
         self.last_ts: int | None = None
         self._trim_floor_sent = -1  # the largest floor handed to the writer for deletion
-        # Writer-thread side: the segment being appended to.
+        # The segments found on disk, handed to the writer when the stream first writes.
         self._seg_id = 0
-        self._seg_file: IO[bytes] | None = None
-        self._seg_size = 0
         self._seg_end: dict[int, int] = {}  # segment -> end position of its last chunk
+        self._sid: int | None = None  # the stream's id in the writer
+
+    @property
+    def durable_pos(self) -> int:
+        self._drain()
+        return self._durable_pos
+
+    def _writer_id(self) -> int:
+        if self._sid is None:
+            self._sid = self.writer.native.register(self.directory, self._seg_id,
+                                                    self._seg_end, self.segment_bytes_max)
+        return self._sid
+
+    def _drain(self) -> None:
+        """Take the places of the chunks the writer has written since the last call."""
+        if self._sid is None:
+            return
+        for k, seg, offset, length, end in self.writer.native.take_done(self._sid):
+            meta = self.chunks[k - self.chunk_base]  # trim keeps chunks not yet placed
+            meta.segment, meta.offset, meta.length = seg, offset, length
+            self._durable_pos = end
+            self.pending.pop(k, None)
 
     # -- writing (ingest thread) ---------------------------------------------------------
     @property
@@ -223,11 +216,13 @@ class StreamReservoir:
         payload = b"[" + b",".join(self.open_blobs) + b"]"
         self.open_first_pos = self.next_pos
         self.open_events, self.open_blobs, self.open_bytes = [], [], 0
-        if self.writer is not None:
-            self.writer.submit(("chunk", self, k, meta, payload))
+        if self.writer is not None and self.directory is not None:
+            self.writer.check()
+            self.writer.native.chunk(self._writer_id(), k, meta.first_pos, meta.count, payload)
 
     def trim(self, floor: int) -> None:
         """Forget closed chunks ending at or before ``floor``; their segments go later."""
+        self._drain()
         n = 0
         chunks = self.chunks
         while n < len(chunks) and chunks[n].end_pos <= floor:
@@ -243,9 +238,10 @@ class StreamReservoir:
         # Segment deletion is decided on the writer thread, after every chunk submitted so far
         # is placed: a writer that lags behind ingest must still delete what the floor passed,
         # so the floor goes to it even when no chunk could leave memory yet.
-        if self.writer is not None and floor > self._trim_floor_sent:
+        if (self.writer is not None and self.directory is not None
+                and floor > self._trim_floor_sent):
             self._trim_floor_sent = floor
-            self.writer.submit(("trim", self, floor))
+            self.writer.native.trim(self._writer_id(), floor)
 
     # -- reading -------------------------------------------------------------------------
     def first_pos(self) -> int:
@@ -265,6 +261,7 @@ class StreamReservoir:
         """The events of chunk number ``k`` as a list of (ts, event)."""
         if k == self.open_no:
             return self.open_events
+        self._drain()
         events = self.pending.get(k)
         if events is not None:
             return events
@@ -281,6 +278,7 @@ class StreamReservoir:
 
     def prefetch(self, k: int) -> None:
         """Start reading chunk ``k`` in the background if it will come from disk."""
+        self._drain()
         if (self.prefetcher is None or k >= self.open_no or k < self.chunk_base
                 or k in self.pending or k in self.decoded or k in self.fetching):
             return
@@ -304,44 +302,6 @@ class StreamReservoir:
         if magic != MAGIC or first != meta.first_pos or zlib.crc32(payload) != crc:
             raise InvariantViolation(f"chunk {k} at {meta.first_pos} is corrupt on disk")
         return orjson.loads(zstandard.ZstdDecompressor().decompress(payload))
-
-    # -- writer thread -------------------------------------------------------------------
-    def _write_chunk(self, k: int, meta: ChunkMeta, compressed: bytes, fsync: bool) -> None:
-        if self.directory is None:
-            raise InvariantViolation("a memory-only reservoir has no writer")
-        record = HEADER.pack(MAGIC, meta.first_pos, meta.count, len(compressed),
-                             zlib.crc32(compressed)) + compressed
-        if self._seg_file is not None and self._seg_size + len(record) > self.segment_bytes_max:
-            self._close_segment()
-        if self._seg_file is None:
-            self._seg_id += 1
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._seg_file = open(_segment_path(self.directory, self._seg_id), "ab")
-            self._seg_size = 0
-        offset = self._seg_size
-        seg = self._seg_file
-        seg.write(record)
-        seg.flush()
-        if fsync:
-            os.fsync(seg.fileno())
-        self._seg_size += len(record)
-        self._seg_end[self._seg_id] = meta.end_pos
-        meta.offset, meta.length, meta.segment = offset, len(record), self._seg_id
-        self.durable_pos = meta.end_pos
-        self.pending.pop(k, None)  # after meta is set, so readers always find it one way
-
-    def _close_segment(self) -> None:
-        if self._seg_file is not None:
-            self._seg_file.close()
-            self._seg_file = None
-
-    def _delete_segments(self, floor: int) -> None:
-        if self.directory is None:
-            return
-        for seg, end in list(self._seg_end.items()):
-            if end <= floor and not (seg == self._seg_id and self._seg_file is not None):
-                _segment_path(self.directory, seg).unlink(missing_ok=True)
-                del self._seg_end[seg]
 
     # -- persistence ---------------------------------------------------------------------
     def open_chunk_state(self) -> dict:
@@ -392,11 +352,11 @@ class StreamReservoir:
                 off = end
             res._seg_id = max(res._seg_id, seg)
         if res.chunks:
-            res.open_first_pos = res.next_pos = res.durable_pos = res.chunks[-1].end_pos
+            res.open_first_pos = res.next_pos = res._durable_pos = res.chunks[-1].end_pos
             last = res.chunk(res.open_no - 1)
             res.last_ts = last[-1][0]
         elif open_chunk is not None:
-            res.open_first_pos = res.next_pos = res.durable_pos = open_chunk["first_pos"]
+            res.open_first_pos = res.next_pos = res._durable_pos = open_chunk["first_pos"]
         if open_chunk is not None and open_chunk["first_pos"] == res.next_pos:
             for ts, ev in orjson.loads(open_chunk["events"]):
                 res.append(ts, ev)

@@ -59,3 +59,28 @@ def test_prefetch_reads_the_chunk_asked_for_while_trim_shifts_the_list(tmp_path)
         assert res.locate(want_first) == (k, 0)
     finally:
         writer.stop()
+
+
+def test_heads_never_read_the_disk_in_steady_state(tmp_path, monkeypatch):
+    """Every chunk goes to disk while a head still has to pass it; the head walks the rows
+    the core lowered and the chunk places it knows, so nothing is read back from disk."""
+    from metrics_engine.engine import Engine
+
+    from .streams import METRICS, events
+
+    reads = []
+    read = StreamReservoir._read
+    monkeypatch.setattr(StreamReservoir, "_read",
+                        lambda self, *a: reads.append(a[0]) or read(self, *a))
+    eng = Engine(tmp_path / "e", fsync=False, chunk_bytes_target=1024,
+                 segment_bytes_max=8 * 1024)
+    for m in METRICS[:2]:  # 5-minute windows: their head trails by a few chunks
+        eng.define(m)
+    for i, (t, ev) in enumerate(events(3000, 5)):
+        eng.ingest("payments", ev, t)
+        if i % 50 == 0:
+            eng.sync()  # chunks leave memory as soon as they are written
+    assert eng.positions()["payments"] == 3000
+    assert len(eng._plan.streams["payments"].res.chunks) >= 1
+    eng.close()
+    assert reads == []

@@ -3,7 +3,7 @@
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
 //! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `aggregations` (the monoids), `keyed` (group keys to
-//! ids to states), `window` (cursors), `plan` (one stream's hot path, `StreamCore`).
+//! ids to states), `window` (cursors), `writer` (the reservoir's disk writer thread), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
 
@@ -14,10 +14,12 @@ mod num;
 mod plan;
 mod value;
 mod window;
+mod writer;
 
 #[pymodule]
 fn railflow_metrics_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::StreamCore>()?;
+    m.add_class::<writer::NativeWriter>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Events a cursor feeding no window passes per event (pipeline backfills replay it).
     m.add("IDLE_STEP_MAX", plan::IDLE_STEP_MAX)?;

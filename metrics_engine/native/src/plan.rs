@@ -19,7 +19,7 @@ use rustc_hash::FxHashMap;
 use crate::aggregations::{lower as finalize, Func, Kind, State};
 use crate::keyed::{GroupTable, Hop, Input, KeySpace};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
-use crate::window::{split, Cursor, Spec};
+use crate::window::{split, Chunks, Cursor, Spec};
 
 /// Lowered chunks kept for cursors (a bound on memory, independent of window length).
 const LOWERED_CHUNKS_MAX: usize = 256;
@@ -257,6 +257,8 @@ pub struct StreamCore {
     blob: Vec<u8>,
     chunk_bytes_target: i64,
     lowered: FxHashMap<i64, Lowered>,
+    /// Where the chunks this core closed are, so cursors walk them without the reservoir.
+    chunk_map: Chunks,
     template: Option<(Py<PyDict>, bool)>,
 }
 
@@ -376,8 +378,12 @@ impl StreamCore {
             lw.kids.extend_from_slice(&self.cur.kids);
         }
         self.bound_lowered(k);
+        self.chunk_map.open = Some((k, first));
+        self.chunk_map.next_pos = pos + 1;
         if open_bytes >= self.chunk_bytes_target {
             res.call_method0(intern!(py, "close_open"))?;
+            self.chunk_map.closed(k, first, idx + 1);
+            self.chunk_map.open = Some((k + 1, pos + 1));
         }
         Ok((pos, k, idx))
     }
@@ -454,6 +460,7 @@ impl StreamCore {
             res.call_method1("trim", (floor,))?;
             let base: i64 = res.getattr("chunk_base")?.extract()?;
             self.lowered.retain(|k, _| *k >= base);
+            self.chunk_map.trim(base);
         }
         Ok(())
     }
@@ -507,11 +514,12 @@ impl StreamCore {
             let mut budget = IDLE_STEP_MAX;
             while self.cursors[ci].pos < end && budget > 0 {
                 budget -= 1;
+                let (lowered, chunks) = (&self.lowered, &self.chunk_map);
                 let c = &mut self.cursors[ci];
-                c.position(py, &res)?;
+                c.position(py, &res, chunks, |k| lowered.contains_key(&k))?;
                 let ts = match self.lowered.get(&c.k) {
                     Some(lw) if lw.ts.len() > c.idx => lw.ts[c.idx],
-                    _ => split(&c.events.as_ref().unwrap().bind(py).get_item(c.idx)?)?.0,
+                    _ => split(&c.events(py, &res)?.get_item(c.idx)?)?.0,
                 };
                 if ts > lim {
                     break;
@@ -525,7 +533,8 @@ impl StreamCore {
         let pwidth = self.preds.len();
         let kwidth = self.core.spaces.len();
         while self.cursors[ci].pos < end {
-            self.cursors[ci].position(py, &res)?;
+            let (lowered, chunks) = (&self.lowered, &self.chunk_map);
+            self.cursors[ci].position(py, &res, chunks, |k| lowered.contains_key(&k))?;
             let (k, idx) = (self.cursors[ci].k, self.cursors[ci].idx);
             if self.lowered.get(&k).map_or(0, |l| l.ts.len()) <= idx {
                 self.lower_chunk(py, ci, k, idx)?;
@@ -564,7 +573,8 @@ impl StreamCore {
     /// cursor passing them (W1's 120 heads, W2's 7 cursors) reads the lowered row.
     fn lower_chunk(&mut self, py: Python<'_>, ci: usize, k: i64, idx: usize) -> PyResult<()> {
         let mut lw = self.lowered.remove(&k).unwrap_or_default();
-        let events = self.cursors[ci].events.as_ref().unwrap().clone_ref(py).into_bound(py);
+        let res = self.res.clone_ref(py).into_bound(py);
+        let events = self.cursors[ci].events(py, &res)?;
         for j in lw.ts.len()..=idx {
             let (ts, ev) = split(&events.get_item(j)?)?;
             self.lower_into(py, &ev, false)?;
@@ -643,7 +653,7 @@ impl StreamCore {
             gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
-            template: None,
+            chunk_map: Chunks::default(), template: None,
         })
     }
 

@@ -1,9 +1,11 @@
 //! Window cursors: an iterator over one stream's reservoir that advances up to a time bound
 //! and feeds the windows subscribed to it (as a tail it inserts, as a head it evicts).
 //!
-//! The reservoir stays the Python `StreamReservoir` (chunks of `(ts, event)`); a cursor holds
-//! the list of its current chunk and calls back into Python only when it crosses a chunk
-//! boundary (`chunk(k)`, then `prefetch(k + 1)`), so steady-state reads are native.
+//! The reservoir stays the Python `StreamReservoir` (chunks of `(ts, event)`). The core knows
+//! the place and length of every chunk it closed itself (`Chunks`), and keeps their rows
+//! lowered (plan.rs): a cursor then walks positions without Python, and asks the reservoir
+//! for a chunk's list (`chunk(k)`, which may read the disk) only when it needs the events
+//! themselves. So a head never waits for the disk in steady state.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
@@ -42,6 +44,55 @@ impl Spec {
     }
 }
 
+/// The chunks the core closed itself (first position, event count, by chunk number), and the
+/// open chunk: enough to locate a position and cross chunk boundaries without the reservoir.
+#[derive(Default)]
+pub struct Chunks {
+    closed: std::collections::VecDeque<(i64, u64, usize)>,
+    pub open: Option<(i64, u64)>, // (chunk number, first position) of the open chunk
+    pub next_pos: u64,
+}
+
+impl Chunks {
+    pub fn closed(&mut self, k: i64, first: u64, len: usize) {
+        if self.closed.back().is_some_and(|&(b, _, _)| b >= k) {
+            self.closed.clear(); // numbering restarted (cannot happen; stay safe)
+        }
+        self.closed.push_back((k, first, len));
+    }
+
+    /// Forget chunks numbered below `base` (trimmed).
+    pub fn trim(&mut self, base: i64) {
+        while self.closed.front().is_some_and(|&(k, _, _)| k < base) {
+            self.closed.pop_front();
+        }
+    }
+
+    /// The number of events of chunk `k`, when the core knows it.
+    pub fn len(&self, k: i64) -> Option<usize> {
+        if let Some((ok, first)) = self.open {
+            if k == ok {
+                return Some((self.next_pos - first) as usize);
+            }
+        }
+        let (k0, _, _) = *self.closed.front()?;
+        let i = usize::try_from(k - k0).ok()?;
+        self.closed.get(i).filter(|c| c.0 == k).map(|c| c.2)
+    }
+
+    /// (chunk number, index) of position `pos`, when the core knows it.
+    pub fn locate(&self, pos: u64) -> Option<(i64, usize)> {
+        if let Some((ok, first)) = self.open {
+            if pos >= first {
+                return Some((ok, (pos - first) as usize));
+            }
+        }
+        let i = self.closed.partition_point(|c| c.1 <= pos).checked_sub(1)?;
+        let (k, first, len) = self.closed[i];
+        ((pos - first) < len as u64).then_some((k, (pos - first) as usize))
+    }
+}
+
 pub struct Cursor {
     pub id: i64,
     pub spec: Spec,
@@ -71,20 +122,51 @@ impl Cursor {
         Ok(())
     }
 
-    /// Make `events[idx]` the next event under this cursor (crossing into the next chunk
-    /// when this one is used up).
-    pub fn position(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.stale || self.events.is_none() {
-            self.seek(res, self.pos)?;
+    /// Make (`k`, `idx`) the place of the next event under this cursor (crossing into the
+    /// next chunk when this one is used up), natively where `chunks` knows the chunks; the
+    /// chunk's list (`events`) is then fetched only by `events` when a caller needs it.
+    /// `lowered(k)`: whether the core holds chunk `k`'s rows (else it is prefetched).
+    pub fn position(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>, chunks: &Chunks,
+                    lowered: impl Fn(i64) -> bool) -> PyResult<()> {
+        if self.stale {
+            match chunks.locate(self.pos) {
+                Some((k, idx)) => {
+                    (self.k, self.idx, self.events, self.stale) = (k, idx, None, false);
+                }
+                None => self.seek(res, self.pos)?,
+            }
         }
-        while self.idx >= self.events.as_ref().unwrap().bind(py).len() {
+        loop {
+            let len = match &self.events {
+                Some(ev) => ev.bind(py).len(),
+                None => match chunks.len(self.k) {
+                    Some(n) => n,
+                    None => {
+                        self.events(py, res)?;
+                        continue;
+                    }
+                },
+            };
+            if self.idx < len {
+                return Ok(());
+            }
             self.k += 1;
-            let next = res.call_method1("chunk", (self.k,))?.downcast_into::<PyList>()?;
-            self.events = Some(next.unbind());
             self.idx = 0;
-            res.call_method1("prefetch", (self.k + 1,))?;
+            self.events = None;
+            if !lowered(self.k + 1) {
+                res.call_method1("prefetch", (self.k + 1,))?;
+            }
         }
-        Ok(())
+    }
+
+    /// The list of the cursor's current chunk, fetched from the reservoir if not held yet.
+    pub fn events<'py>(&mut self, py: Python<'py>, res: &Bound<'py, PyAny>)
+                       -> PyResult<Bound<'py, PyList>> {
+        if self.events.is_none() {
+            let ev = res.call_method1("chunk", (self.k,))?.downcast_into::<PyList>()?;
+            self.events = Some(ev.unbind());
+        }
+        Ok(self.events.as_ref().unwrap().bind(py).clone())
     }
 
     /// The next (ts, event) under this cursor, moving to the next chunk when needed; the
