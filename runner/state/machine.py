@@ -140,7 +140,7 @@ class RunnerStateMachine:
         if not hot:
             self.flush()
         else:
-            self._buffer.maybe_hand_off()
+            self._buffer.maybe_hand_off(entry.ts)
         return effects
 
     def _commit_stage(self) -> None:

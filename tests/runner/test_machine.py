@@ -442,3 +442,22 @@ def test_confirmations_mark_runs_stored_across_flushed_generations(machine):
         ["o-0", "o-1", "o-3", "o-5"]
     assert machine.con.execute("SELECT count(*) FROM runs WHERE stored_offset >= offset_"
                                ).fetchone() == (2,)
+
+
+def test_a_generation_goes_to_duckdb_after_five_seconds_of_log_time(machine):
+    """Besides its size, a generation's age in log time (entry ts, the same on every replica)
+    hands it to the flusher, so DuckDB never lags the applied state by more than that."""
+    from runner.state import buffer
+
+    log = Log(machine)
+    setup_w3(log)
+    log.apply(entries.EVENT_RECEIVED, order("o-0", card="c0"), ts=T0)
+    log.apply(entries.EVENT_RECEIVED, order("o-1", card="c1"),
+              ts=T0 + buffer.handoff_log_ms_max - 1)
+    assert machine._buffer.current.rows() > 0  # still pending: neither large nor old enough
+    log.apply(entries.EVENT_RECEIVED, order("o-2", card="c2"), ts=T0 + buffer.handoff_log_ms_max)
+    assert machine._buffer.current.rows() == 0  # handed off whole, with o-2's rows
+    log.apply(entries.EVENT_RECEIVED, order("o-3", card="c3"), ts=T0 + buffer.handoff_log_ms_max)
+    assert machine._buffer.current.rows() > 0  # a new generation starts with o-3
+    machine.sync()
+    assert machine.con.execute("SELECT count(*) FROM runs").fetchone() == (4,)
