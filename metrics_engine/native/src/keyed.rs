@@ -21,6 +21,11 @@
 //! table never get there), and drops them when it is back to one. Slot vectors of buckets
 //! and windows that leave are kept (`Spare`) for the next bucket that opens, so the ring
 //! path allocates nothing per event in steady state.
+//!
+//! A bucket of a few events keeps them raw (`Bucket::raw`) and makes its partials only when a
+//! window reads or folds it: most keys of W2's scenario 2 see one event a day, and a raw event
+//! costs a few values where partials cost a slot vector, power sums, a set and a queue (on
+//! `month`, a day's buckets were most of the engine's memory, and its page faults).
 
 use pyo3::prelude::*;
 use rustc_hash::FxHashMap;
@@ -216,10 +221,56 @@ impl KeySpace {
     }
 }
 
+/// A calendar bucket of one key. While it holds at most `RAW_MAX` events and has no partials
+/// (`parts` empty), it keeps its events as they came in `raw`: `stride` values each (ts, pos,
+/// then the value of each distinct input of the table's slots, see `Spare::cols`). Most keys
+/// of W2's scenario 2 see one event a day, and a raw event costs 5 values where the partials
+/// cost a vector of slots, power sums, a set and a queue. The partials are made from `raw`
+/// when needed (a window reads or folds it, a sixth event, a snapshot), by the same
+/// `add_partial` calls in the same order, so they are the same states.
 #[derive(Clone)]
 pub struct Bucket {
     pub idx: i64,
+    raw: Vec<Val>,
     pub parts: Vec<Option<State>>,
+}
+
+/// Events a bucket keeps raw before it makes its partials.
+const RAW_MAX: usize = 4;
+
+impl Bucket {
+    fn is_raw(&self) -> bool {
+        self.parts.is_empty() && !self.raw.is_empty()
+    }
+}
+
+fn raw_i(v: &Val) -> i128 {
+    match v {
+        Val::Int(i) => *i,
+        _ => unreachable!("a raw bucket's ts and pos are ints"),
+    }
+}
+
+/// Add a raw bucket's events to `parts` (one state per slot) as `insert_bucket` adds an event.
+fn add_raw(parts: &mut [Option<State>], kinds: &[Kind], cols: &[usize], stride: usize,
+           raw: &[Val]) {
+    for ev in raw.chunks_exact(stride) {
+        let (ts, pos) = (raw_i(&ev[0]) as i64, raw_i(&ev[1]) as u64);
+        for (i, part) in parts.iter_mut().enumerate() {
+            part.get_or_insert_with(|| State::new(kinds[i])).add_partial(&ev[2 + cols[i]], ts, pos);
+        }
+    }
+}
+
+/// Give a raw bucket its partials (its raw events go).
+fn make_parts(bk: &mut Bucket, kinds: &[Kind], spare: &mut Spare) {
+    if !bk.is_raw() {
+        return;
+    }
+    let mut parts = spare.take(kinds.len());
+    add_raw(&mut parts, kinds, &spare.cols, spare.stride, &bk.raw);
+    bk.parts = parts;
+    spare.give_raw(std::mem::take(&mut bk.raw));
 }
 
 #[derive(Clone)]
@@ -240,7 +291,8 @@ impl Entry {
             return self.states[slot].as_ref();
         }
         if self.absorbed == 1 {
-            return self.ring[0].parts[slot].as_ref();
+            // A raw bucket is given its partials before a read (`GroupTable::readable`).
+            return self.ring[0].parts.get(slot).and_then(|p| p.as_ref());
         }
         None
     }
@@ -270,9 +322,17 @@ impl Hop {
 /// bucket leaves or their entry is freed and taken by the next bucket or window that needs
 /// one: their states stay allocated, emptied, so a new bucket reuses them as they are.
 /// Every vector is as wide as the table's slots, with their kinds (`set_slots` drops them).
+/// It also holds what raw buckets need: the column of each slot's input (`cols`), the values
+/// an event takes (`stride`: ts, pos and one per distinct input, `inputs`), spare raw vectors
+/// and a scratch of partials made from a raw bucket to fold it into a window.
 #[derive(Clone, Default)]
 pub struct Spare {
     vecs: Vec<Vec<Option<State>>>,
+    raws: Vec<Vec<Val>>,
+    pub cols: Vec<usize>,
+    pub inputs: Vec<Input>,
+    pub stride: usize,
+    scratch: Vec<Option<State>>,
 }
 
 impl Spare {
@@ -296,12 +356,63 @@ impl Spare {
 
     fn clear(&mut self) {
         self.vecs.clear();
+        self.raws.clear();
+        self.scratch.clear();
+    }
+
+    /// Take the slots' inputs (their distinct ones become a raw event's columns).
+    fn set_layout(&mut self, inputs: &[Input]) {
+        self.inputs.clear();
+        self.cols = inputs.iter().map(|inp| match self.inputs.iter().position(|x| x == inp) {
+            Some(c) => c,
+            None => {
+                self.inputs.push(*inp);
+                self.inputs.len() - 1
+            }
+        }).collect();
+        self.stride = 2 + self.inputs.len();
+    }
+
+    /// The same layout, holding no vectors (for a copy rolled apart).
+    fn layout(&self) -> Spare {
+        Spare { cols: self.cols.clone(), inputs: self.inputs.clone(), stride: self.stride,
+                ..Spare::default() }
+    }
+
+    fn take_raw(&mut self) -> Vec<Val> {
+        self.raws.pop().unwrap_or_else(|| Vec::with_capacity(self.stride))
+    }
+
+    fn give_raw(&mut self, mut v: Vec<Val>) {
+        if v.capacity() == 0 || self.raws.len() >= SPARE_MAX {
+            return;
+        }
+        v.clear();
+        if v.capacity() > self.stride * RAW_MAX {
+            v.shrink_to(self.stride);
+        }
+        self.raws.push(v);
+    }
+
+    /// The partials of raw bucket `raw`, made in the scratch.
+    fn scratch_of(&mut self, kinds: &[Kind], raw: &[Val]) -> &[Option<State>] {
+        if self.scratch.len() != kinds.len() {
+            self.scratch = kinds.iter().map(|k| Some(State::new(*k))).collect();
+        }
+        for s in self.scratch.iter_mut().flatten() {
+            s.clear();
+        }
+        add_raw(&mut self.scratch, kinds, &self.cols, self.stride, raw);
+        &self.scratch
     }
 }
 
 /// Bucket `bk`'s partials enter (`sign` 1) or leave (-1) the window states `states`.
-fn absorb_into(states: &mut [Option<State>], kinds: &[Kind], bk: &Bucket, sign: i64) {
-    for (i, p) in bk.parts.iter().enumerate() {
+fn absorb_into(states: &mut [Option<State>], kinds: &[Kind], bk: &Bucket, sign: i64,
+               spare: &mut Spare) {
+    let parts: &[Option<State>] =
+        if bk.is_raw() { spare.scratch_of(kinds, &bk.raw) } else { &bk.parts };
+    for (i, p) in parts.iter().enumerate() {
         let Some(p) = p else { continue };
         if sign > 0 {
             states[i].get_or_insert_with(|| State::new(kinds[i])).absorb(p, bk.idx, 1);
@@ -318,7 +429,7 @@ fn refold(e: &mut Entry, kinds: &[Kind], spare: &mut Spare) {
     if e.absorbed >= 2 {
         let mut states = spare.take(kinds.len());
         for bk in e.ring.iter().take(e.absorbed) {
-            absorb_into(&mut states, kinds, bk, 1);
+            absorb_into(&mut states, kinds, bk, 1, spare);
         }
         e.states = states;
     }
@@ -338,10 +449,11 @@ pub fn roll(e: &mut Entry, kinds: &[Kind], hop: &Hop, b: i64, spare: &mut Spare)
             if e.absorbed == 1 {
                 spare.give(std::mem::take(&mut e.states)); // the window is the one left
             } else if e.absorbed >= 2 {
-                absorb_into(&mut e.states, kinds, &front, -1);
+                absorb_into(&mut e.states, kinds, &front, -1, spare);
             }
         }
         spare.give(front.parts);
+        spare.give_raw(front.raw);
         work += 1;
     }
     while e.absorbed < e.ring.len() && e.ring[e.absorbed].idx < b {
@@ -349,7 +461,7 @@ pub fn roll(e: &mut Entry, kinds: &[Kind], hop: &Hop, b: i64, spare: &mut Spare)
         if e.absorbed == 2 {
             refold(e, kinds, spare);
         } else if e.absorbed > 2 {
-            absorb_into(&mut e.states, kinds, &e.ring[e.absorbed - 1], 1);
+            absorb_into(&mut e.states, kinds, &e.ring[e.absorbed - 1], 1, spare);
         }
         work += 1;
     }
@@ -603,6 +715,18 @@ impl GroupTable {
         true
     }
 
+    /// Make key id `id`'s window readable by `window` (calendar tables, after `roll`): a
+    /// window of one closed bucket is that bucket's partials, made now if it is raw.
+    pub fn readable(&mut self, id: u32) {
+        if self.hop.is_none() {
+            return;
+        }
+        let e = self.entries[id as usize].as_mut().expect("live entry");
+        if e.states.is_empty() && e.absorbed == 1 {
+            make_parts(&mut e.ring[0], &self.kinds, &mut self.spare_slots);
+        }
+    }
+
     /// Every `SWEEP_EVERY` inserts, roll the next live entry after the sweep cursor: O(1),
     /// and a key that stops coming is freed after one pass over the table.
     pub fn sweep_one(&mut self, b: i64, space: &mut KeySpace) {
@@ -638,7 +762,7 @@ impl GroupTable {
             Some(b) if b.idx > bi => match e.ring.binary_search_by_key(&bi, |b| b.idx) {
                 Ok(i) => i,
                 Err(i) => {
-                    e.ring.insert(i, Bucket { idx: bi, parts: spare.take(n) });
+                    e.ring.insert(i, Bucket { idx: bi, raw: vec![], parts: spare.take(n) });
                     if i < e.absorbed {
                         e.absorbed += 1; // an empty closed bucket: the window only refolds
                         refold(e, &self.kinds, spare);
@@ -650,11 +774,27 @@ impl GroupTable {
                 if e.ring.capacity() == 0 {
                     e.ring.reserve_exact(1); // most keys of a large table live one bucket
                 }
-                e.ring.push_back(Bucket { idx: bi, parts: spare.take(n) });
+                // A new bucket keeps its events raw (unless one slot is filled alone).
+                let (raw, parts) = if only.is_none() && n > 0 {
+                    (spare.take_raw(), vec![])
+                } else {
+                    (vec![], spare.take(n))
+                };
+                e.ring.push_back(Bucket { idx: bi, raw, parts });
                 e.ring.len() - 1
             }
         };
-        let parts = &mut e.ring[at].parts;
+        let bk = &mut e.ring[at];
+        if bk.parts.is_empty() && only.is_none() && bk.raw.len() < spare.stride * RAW_MAX {
+            bk.raw.push(Val::Int(ts as i128));
+            bk.raw.push(Val::Int(pos as i128));
+            for &inp in &spare.inputs {
+                bk.raw.push(value(inp));
+            }
+            return;
+        }
+        make_parts(bk, &self.kinds, spare);
+        let parts = &mut bk.parts;
         for (i, (part, &kind)) in parts.iter_mut().zip(&self.kinds).enumerate() {
             if only.is_some_and(|s| s != i) {
                 continue;
@@ -679,7 +819,11 @@ impl GroupTable {
             None => self.window(space, id, slot).cloned(),
             Some(hop) => {
                 let mut e = self.entry(id).clone();
-                roll(&mut e, &self.kinds, &hop, b, &mut Spare::default());
+                let mut spare = self.spare_slots.layout();
+                roll(&mut e, &self.kinds, &hop, b, &mut spare);
+                if e.states.is_empty() && e.absorbed == 1 {
+                    make_parts(&mut e.ring[0], &self.kinds, &mut spare);
+                }
                 e.window(slot).cloned()
             }
         }
@@ -689,6 +833,12 @@ impl GroupTable {
     /// counter: tests check that a window of one closed bucket is not held twice).
     pub fn held_windows(&self) -> usize {
         self.entries.iter().flatten().filter(|e| e.holds_window()).count()
+    }
+
+    /// Buckets keeping their events raw (a debug counter: tests check that a bucket of a few
+    /// events makes no partials until it is read or folded).
+    pub fn raw_buckets(&self) -> usize {
+        self.entries.iter().flatten().map(|e| e.ring.iter().filter(|b| b.is_raw()).count()).sum()
     }
 
     /// This table with every entry rolled to bucket `b` (the logical state, for digests).
@@ -733,6 +883,7 @@ impl GroupTable {
             }
             for bk in e.ring.drain(..) {
                 self.spare_slots.give(bk.parts);
+                self.spare_slots.give_raw(bk.raw);
             }
             e.absorbed = 0;
             if self.hop.is_some() {
@@ -787,6 +938,7 @@ impl GroupTable {
             self.sids = slots.iter().map(|s| s.0.clone()).collect();
             self.kinds = slots.iter().map(|s| s.1).collect();
             self.inputs = slots.iter().map(|s| s.2).collect();
+            self.spare_slots.set_layout(&self.inputs);
             for id in dead {
                 self.remove(id, Some(space));
             }
@@ -795,6 +947,10 @@ impl GroupTable {
         let mut dead = vec![];
         for (id, e) in self.entries.iter_mut().enumerate() {
             if let Some(e) = e {
+                for b in e.ring.iter_mut() {
+                    // Partials of the old slots, before they are mapped to the new ones.
+                    make_parts(b, &self.kinds, &mut self.spare_slots);
+                }
                 if self.hop.is_none() || !e.states.is_empty() {
                     let mut old: Vec<Option<State>> = std::mem::take(&mut e.states);
                     e.states = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
@@ -818,6 +974,7 @@ impl GroupTable {
         self.sids = slots.iter().map(|s| s.0.clone()).collect();
         self.kinds = slots.iter().map(|s| s.1).collect();
         self.inputs = slots.iter().map(|s| s.2).collect();
+        self.spare_slots.set_layout(&self.inputs);
     }
 
     /// Rewrite the event positions of every state through `map` (see `State::renumber`).
@@ -827,10 +984,15 @@ impl GroupTable {
         for s in self.flat.iter_mut().flatten() {
             s.renumber(map)?; // a detached plain table's (attached ones: KeySpace::renumber)
         }
+        let stride = self.spare_slots.stride;
         for e in self.entries.iter_mut().flatten() {
             for b in e.ring.iter_mut() {
                 for s in b.parts.iter_mut().flatten() {
                     s.renumber(map)?;
+                }
+                for ev in b.raw.chunks_exact_mut(stride) {
+                    let p = raw_i(&ev[1]) as u64;
+                    ev[1] = Val::Int(*map.get(p as usize).ok_or(p)? as i128);
                 }
             }
         }
@@ -897,6 +1059,16 @@ impl GroupTable {
             out.u32(e.absorbed as u32);
             for b in &e.ring {
                 out.i64(b.idx);
+                if b.is_raw() {
+                    // Written as its partials: the same bytes as a bucket that made them.
+                    let mut parts: Vec<Option<State>> = vec![None; self.kinds.len()];
+                    let sp = &self.spare_slots;
+                    add_raw(&mut parts, &self.kinds, &sp.cols, sp.stride, &b.raw);
+                    for s in &parts {
+                        state(out, s);
+                    }
+                    continue;
+                }
                 for s in &b.parts {
                     state(out, s);
                 }
@@ -969,7 +1141,7 @@ impl GroupTable {
                         parts[*i] = Some(st);
                     }
                 }
-                e.ring.push_back(Bucket { idx, parts });
+                e.ring.push_back(Bucket { idx, raw: vec![], parts });
             }
         }
         Ok(())

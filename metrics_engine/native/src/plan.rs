@@ -191,6 +191,7 @@ impl Core {
             if !tb.roll(id, hop.bucket(t), Some(&mut self.spaces[s])) {
                 return None;
             }
+            tb.readable(id);
         }
         Some((table, id))
     }
@@ -968,6 +969,11 @@ impl StreamCore {
     /// counter for tests: a window of one closed bucket is that bucket's partial).
     fn held_windows(&self) -> usize {
         self.core.tables.iter().map(|t| t.held_windows()).sum()
+    }
+
+    /// Calendar buckets keeping their events raw (a debug counter for tests).
+    fn raw_buckets(&self) -> usize {
+        self.core.tables.iter().map(|t| t.raw_buckets()).sum()
     }
 
     fn seek(&mut self, py: Python<'_>, cursor: i64, pos: u64) -> PyResult<()> {
