@@ -33,9 +33,10 @@ log = logging.getLogger(__name__)
 # into the pending ones, and those that query DuckDB for the newest rows call ``sync``.
 handoff_rows_max = 16_384
 # ... or once it holds this much log time (entry ts, never a clock: the same on every replica),
-# so that at low rates DuckDB lags the applied state by seconds, not by 16,384 rows. At 500
-# W3 orders/s both bounds come at about the same time.
-handoff_log_ms_max = 5_000
+# so that at low rates DuckDB lags the applied state by seconds, not by 16,384 rows. Not
+# shorter: a generation's fixed cost (~15-20 ms) over the few orders a low rate brings in a
+# few seconds is tens of µs per order (at 500 W3 orders/s the size bound comes first, ~6 s).
+handoff_log_ms_max = 30_000
 generations_in_flight_max = 64  # back-pressure: apply waits beyond this
 
 RUN_FIELDS = ("run_id", "event_id", "event_type", "workflow_id", "version", "state", "node_id",
