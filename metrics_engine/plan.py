@@ -108,6 +108,53 @@ def arrow_values(c: Any) -> list:
     return c.to_pylist()
 
 
+I64_MAX = (1 << 63) - 1
+
+
+def typed_column(c: Any) -> tuple:
+    """A column for ``StreamCore.ingest_arrays``: ``(kind, valid, buffers...)`` with the values
+    as little-endian bytes where the type allows (64-bit integers, floats, booleans, strings as
+    offsets + UTF-8 data, all-null), else ``("o", None, list)`` of the Python values that
+    ``arrow_values`` / ``tolist`` give (the native core lowers those one by one)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(c, pa.ChunkedArray):
+        c = c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
+    if isinstance(c, pa.Array):
+        t = c.type
+        valid = (None if c.null_count == 0
+                 else c.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8).tobytes())
+        if pa.types.is_null(t):
+            return ("n", None)
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            _, offs_buf, data_buf = c.buffers()
+            offs = np.frombuffer(offs_buf, dtype=np.int64 if pa.types.is_large_string(t)
+                                 else np.int32)[c.offset:c.offset + len(c) + 1].astype(np.int64)
+            lo, hi = (int(offs[0]), int(offs[-1])) if len(offs) else (0, 0)
+            data = data_buf.slice(lo, hi - lo).to_pybytes() if data_buf is not None else b""
+            return ("s", valid, (offs - lo).tobytes(), data)
+        if pa.types.is_boolean(t):
+            return ("b", valid, c.fill_null(False).to_numpy(zero_copy_only=False)
+                    .astype(np.uint8).tobytes())
+        if pa.types.is_integer(t) and not (pa.types.is_uint64(t) and c.null_count < len(c)
+                                           and pc.max(c).as_py() > I64_MAX):
+            return ("i", valid, c.fill_null(0).to_numpy().astype(np.int64).tobytes())
+        if pa.types.is_float32(t) or pa.types.is_float64(t):
+            return ("f", valid, c.fill_null(0).to_numpy().astype(np.float64).tobytes())
+        return ("o", None, arrow_values(c))
+    if isinstance(c, np.ndarray) and c.ndim == 1:
+        if c.dtype.kind == "b":
+            return ("b", None, c.astype(np.uint8).tobytes())
+        if c.dtype.kind == "i" or (c.dtype.kind == "u" and (len(c) == 0 or c.max() <= I64_MAX)):
+            return ("i", None, c.astype(np.int64).tobytes())
+        if c.dtype.kind == "f":
+            return ("f", None, c.astype(np.float64).tobytes())
+        return ("o", None, c.tolist())
+    return ("o", None, list(c))
+
+
 def scan(res: StreamReservoir, start: int, end: int) -> Iterator[tuple[int, int, Any]]:
     """(pos, ts, event) for positions in [start, end) of a reservoir."""
     if start >= end:
@@ -211,6 +258,7 @@ class StreamPlan:
         self.order: list[Cursor] = []
         self.window_index: dict[WindowSpec, int] = {}
         self._known: set[int] = set()  # cursor ids the core has
+        self.has_preds = False  # whether the lowered plan evaluates predicates (in Python)
         self._next_cid = 0
 
     def synced(self, c: Cursor) -> bool:
@@ -277,6 +325,7 @@ class StreamPlan:
                                             self.window_index[m.window.spec], where[g.gid], []))
                 o[4].append((m.d.name, g.states.index(m.state), m.d.func))
         cursors = [(c.cid, *_spec_args(c.spec), c.start) for c in self.cursors.values()]
+        self.has_preds = bool(preds)
         self.core.set_plan(list(fields), [f for _, f in preds.values()], cursors,
                            [c.cid for c in self.order], windows, list(outs.values()))
         self._known = {c.cid for c in self.cursors.values()}
@@ -431,6 +480,14 @@ class Plan:
 
         if isinstance(columns, pa.RecordBatch | pa.Table):
             columns = {name: columns.column(name) for name in columns.schema.names}
+        sp = self.streams.get(stream)
+        if sp is not None and not sp.has_preds:
+            # No predicate needs the events as Python objects: typed columns go in whole.
+            if isinstance(ts, pa.ChunkedArray | pa.Array):
+                ts = ts.to_numpy(zero_copy_only=False)
+            ts_bytes = np.asarray(ts, dtype=np.int64).tobytes()
+            cols = [typed_column(c) for c in columns.values()]
+            return sp.core.ingest_arrays(list(columns), cols, ts_bytes)
         names, cols = list(columns), []
         for c in columns.values():  # one Python list per column: far cheaper than per row
             if isinstance(c, pa.ChunkedArray | pa.Array):

@@ -1,7 +1,9 @@
 """The event reservoir: per stream, events in chunks; closed chunks compressed on disk.
 
 Events go into an open in-memory chunk (the native core appends them with their JSON, see
-``StreamCore.ingest``; ``append`` does the same in Python when a stream is reopened). When
+``StreamCore.ingest``; ``append`` does the same in Python when a stream is reopened). A batch
+(``StreamCore.ingest_arrays``) appends only the JSON: its rows are None in the chunk's list
+until a reader asks for the chunk, which decodes them in place (``_fill``). When
 its serialized size reaches ``chunk_bytes_target`` the chunk closes, becomes immutable, and the
 native writer thread (``Writer``; it never takes the GIL) compresses it (zstd) and appends it
 to the stream's current segment file (which rolls at ``segment_bytes_max``), then fsyncs.
@@ -49,6 +51,14 @@ ZSTD_LEVEL = 1  # the fastest level: compression is CPU the ingest path pays for
 
 HEADER = struct.Struct("<4sQIII")
 MAGIC = b"RFC1"
+
+
+def _fill(events: list, payload: bytes) -> None:
+    """Decode, in place, the rows of a chunk that the batched path left as None (the native
+    core appends a batch's rows with their JSON only; see ``StreamCore.ingest_arrays``)."""
+    for i, (ts, ev) in enumerate(orjson.loads(payload)):
+        if events[i] is None:
+            events[i] = (ts, ev)
 
 
 class ChunkMeta:
@@ -152,6 +162,7 @@ class StreamReservoir:
         self.chunks: list[ChunkMeta] = []  # closed chunks still retained; number = base + index
         self.chunk_base = 0
         self.pending: dict[int, list] = {}  # closed chunks not yet durable (or memory mode)
+        self._pending_json: dict[int, bytes] = {}  # a pending chunk's JSON, while rows are None
         self.decoded: OrderedDict[int, list] = OrderedDict()
         self.fetching: dict[int, Future] = {}
         self.open_first_pos = first_pos
@@ -187,6 +198,7 @@ class StreamReservoir:
             meta.segment, meta.offset, meta.length = seg, offset, length
             self._durable_pos = end
             self.pending.pop(k, None)
+            self._pending_json.pop(k, None)
 
     # -- writing (ingest thread) ---------------------------------------------------------
     @property
@@ -214,6 +226,8 @@ class StreamReservoir:
         self.pending[k] = self.open_events
         self.chunks.append(meta)
         payload = b"[" + b",".join(self.open_blobs) + b"]"
+        if None in self.open_events:  # rows of a batch: decoded when a reader asks
+            self._pending_json[k] = payload
         self.open_first_pos = self.next_pos
         self.open_events, self.open_blobs, self.open_bytes = [], [], 0
         if self.writer is not None and self.directory is not None:
@@ -231,6 +245,7 @@ class StreamReservoir:
             n += 1
         for k in range(self.chunk_base, self.chunk_base + n):
             self.pending.pop(k, None)
+            self._pending_json.pop(k, None)
             self.decoded.pop(k, None)
             self.fetching.pop(k, None)
         del chunks[:n]
@@ -260,11 +275,13 @@ class StreamReservoir:
     def chunk(self, k: int) -> list:
         """The events of chunk number ``k`` as a list of (ts, event)."""
         if k == self.open_no:
+            if None in self.open_events:
+                _fill(self.open_events, b"[" + b",".join(self.open_blobs) + b"]")
             return self.open_events
         self._drain()
         events = self.pending.get(k)
         if events is not None:
-            return events
+            return self._pending_events(k, events)
         events = self.decoded.get(k)
         if events is not None:
             self.decoded.move_to_end(k)
@@ -274,6 +291,12 @@ class StreamReservoir:
         self.decoded[k] = events
         if len(self.decoded) > DECODED_CHUNKS_MAX:
             self.decoded.popitem(last=False)
+        return events
+
+    def _pending_events(self, k: int, events: list) -> list:
+        payload = self._pending_json.pop(k, None)
+        if payload is not None:
+            _fill(events, payload)
         return events
 
     def prefetch(self, k: int) -> None:
@@ -291,7 +314,7 @@ class StreamReservoir:
             meta = self.chunks[k - self.chunk_base]
         events = self.pending.get(k)  # written but raced with the lookup above
         if events is not None:
-            return events
+            return self._pending_events(k, events)
         if self.directory is None:
             raise InvariantViolation(f"chunk {k} of a memory-only reservoir is gone")
         with open(_segment_path(self.directory, meta.segment), "rb") as f:

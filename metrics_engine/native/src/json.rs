@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
 /// Decimal digits of `i`, without `core::fmt` (two integers per event, on the ingest path).
-fn int(out: &mut Vec<u8>, i: i64) {
+pub fn int(out: &mut Vec<u8>, i: i64) {
     if i < 0 {
         out.push(b'-');
     }
@@ -30,7 +30,7 @@ fn int(out: &mut Vec<u8>, i: i64) {
 /// Why a value has no JSON form.
 pub struct NotJson(pub String);
 
-fn string(out: &mut Vec<u8>, s: &str) {
+pub fn string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let b = s.as_bytes();
     let mut start = 0;
@@ -55,6 +55,18 @@ fn string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
+/// A float's JSON (the shortest round trip, with ".0" on integral values); a non-finite one
+/// is written as null, and then this returns false.
+pub fn float(out: &mut Vec<u8>, x: f64) -> bool {
+    if x.is_finite() {
+        let _ = write!(out, "{x:?}");
+        true
+    } else {
+        out.extend_from_slice(b"null");
+        false
+    }
+}
+
 /// Append the JSON of `v` to `out`.
 pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32, nulled: &mut bool)
              -> Result<(), NotJson> {
@@ -71,11 +83,7 @@ pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32, nulled: &mut b
         let i: i64 = v.extract().map_err(|_| NotJson("holds an integer outside 64 bits".into()))?;
         int(out, i);
     } else if let Ok(f) = v.downcast::<PyFloat>() {
-        let x = f.value();
-        if x.is_finite() {
-            let _ = write!(out, "{x:?}"); // the shortest round trip, with ".0" on integral values
-        } else {
-            out.extend_from_slice(b"null");
+        if !float(out, f.value()) {
             *nulled = true;
         }
     } else if let Ok(d) = v.downcast::<PyDict>() {

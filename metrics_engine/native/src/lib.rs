@@ -2,12 +2,13 @@
 //! states and finalizers, driven by a plan that Python lowers and sends (see plan.rs).
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
-//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `aggregations` (the monoids), `keyed` (group keys to
+//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `columns` (a batch's typed columns), `aggregations` (the monoids), `keyed` (group keys to
 //! ids to states), `window` (cursors), `writer` (the reservoir's disk writer thread), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
 
 mod aggregations;
+mod columns;
 mod json;
 mod keyed;
 mod num;

@@ -19,7 +19,8 @@ use rustc_hash::FxHashMap;
 use crate::aggregations::{lower as finalize, Func, Kind, State};
 use crate::keyed::{GroupTable, Hop, Input, KeySpace};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
-use crate::window::{split, Chunks, Cursor, Spec};
+use crate::columns::{Column, Refused};
+use crate::window::{Chunks, Cursor, Spec};
 
 /// Lowered chunks kept for cursors (a bound on memory, independent of window length).
 const LOWERED_CHUNKS_MAX: usize = 256;
@@ -260,7 +261,24 @@ pub struct StreamCore {
     lowered: FxHashMap<i64, Lowered>,
     /// Where the chunks this core closed are, so cursors walk them without the reservoir.
     chunk_map: Chunks,
+    /// The open chunk's bookkeeping while `ingest_arrays` runs (see `Batch`).
+    batch: Option<Batch>,
+    /// `ingest_arrays`' buffers: lowered values, JSON, its row ends, clamped times.
+    scratch: (Vec<Val>, Vec<u8>, Vec<usize>, Vec<i64>),
     template: Option<(Py<PyDict>, bool)>,
+}
+
+/// The reservoir's open chunk while a batch goes in: kept here, written back to the Python
+/// reservoir (`write_back`) when the chunk closes and when the batch ends. A row's event is
+/// None in `open_events` until a reader asks for the chunk (reservoir.py decodes it then), and
+/// its JSON joins one piece of `open_blobs` per write-back: no Python object per row.
+struct Batch {
+    next_pos: u64,
+    first: u64,
+    open_bytes: i64,
+    last_ts: Option<i64>,
+    piece: Vec<u8>,
+    events: Py<PyList>,
 }
 
 impl StreamCore {
@@ -357,6 +375,9 @@ impl StreamCore {
     fn append(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>, ts: i64, event: &Bound<'_, PyAny>)
               -> PyResult<(u64, i64, usize)> {
         use pyo3::intern;
+        if self.batch.is_some() {
+            return self.append_batched(py, res, ts);
+        }
         let pos: u64 = res.getattr(intern!(py, "next_pos"))?.extract()?;
         let first: u64 = res.getattr(intern!(py, "open_first_pos"))?.extract()?;
         let base: i64 = res.getattr(intern!(py, "chunk_base"))?.extract()?;
@@ -387,6 +408,95 @@ impl StreamCore {
             self.chunk_map.open = Some((k + 1, pos + 1));
         }
         Ok((pos, k, idx))
+    }
+
+    /// `append` while a batch runs: the row's JSON (`self.blob`) joins the batch's piece and
+    /// the open chunk gets a None for its event; the Python reservoir hears of it at the
+    /// chunk's close or the batch's end.
+    fn append_batched(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>, ts: i64)
+                      -> PyResult<(u64, i64, usize)> {
+        let mut b = self.batch.take().expect("a batch runs");
+        let (k, first) = self.chunk_map.open.expect("set when the batch began");
+        let pos = b.next_pos;
+        let idx = (pos - first) as usize;
+        b.events.bind(py).append(py.None())?;
+        if !b.piece.is_empty() {
+            b.piece.push(b',');
+        }
+        b.piece.extend_from_slice(&self.blob);
+        b.open_bytes += self.blob.len() as i64 + 1;
+        b.next_pos = pos + 1;
+        b.last_ts = Some(ts);
+        let lw = self.lowered.entry(k).or_default();
+        if lw.ts.len() == idx {
+            lw.ts.push(ts);
+            lw.vals.extend_from_slice(&self.cur.vals);
+            lw.preds.extend_from_slice(&self.cur.preds);
+            lw.kids.extend_from_slice(&self.cur.kids);
+        }
+        self.bound_lowered(k);
+        self.chunk_map.next_pos = pos + 1;
+        let close = b.open_bytes >= self.chunk_bytes_target;
+        let r = if close { Self::write_back(py, res, &mut b) } else { Ok(()) };
+        if close && r.is_ok() {
+            res.call_method0(pyo3::intern!(py, "close_open"))?;
+            self.chunk_map.closed(k, first, idx + 1);
+            self.chunk_map.open = Some((k + 1, pos + 1));
+            b.first = pos + 1;
+            b.open_bytes = 0;
+            b.events = res.getattr(pyo3::intern!(py, "open_events"))?.downcast_into::<PyList>()?.unbind();
+        }
+        self.batch = Some(b);
+        r.map(|_| (pos, k, idx))
+    }
+
+    /// Give the Python reservoir the batch's rows so far (their JSON, its counters).
+    fn write_back(py: Python<'_>, res: &Bound<'_, PyAny>, b: &mut Batch) -> PyResult<()> {
+        use pyo3::intern;
+        if !b.piece.is_empty() {
+            res.getattr(intern!(py, "open_blobs"))?.downcast_into::<PyList>()?
+                .append(PyBytes::new(py, &b.piece))?;
+            b.piece.clear();
+        }
+        res.setattr(intern!(py, "open_bytes"), b.open_bytes)?;
+        res.setattr(intern!(py, "next_pos"), b.next_pos)?;
+        res.setattr(intern!(py, "last_ts"), b.last_ts)?;
+        Ok(())
+    }
+
+    fn begin_batch(&mut self, py: Python<'_>) -> PyResult<()> {
+        use pyo3::intern;
+        let res = self.res.bind(py);
+        let next_pos: u64 = res.getattr(intern!(py, "next_pos"))?.extract()?;
+        let first: u64 = res.getattr(intern!(py, "open_first_pos"))?.extract()?;
+        let base: i64 = res.getattr(intern!(py, "chunk_base"))?.extract()?;
+        let k = base + self.chunks.bind(py).len() as i64;
+        self.chunk_map.open = Some((k, first));
+        self.chunk_map.next_pos = next_pos;
+        self.batch = Some(Batch {
+            next_pos, first,
+            open_bytes: res.getattr(intern!(py, "open_bytes"))?.extract()?,
+            last_ts: res.getattr(intern!(py, "last_ts"))?.extract()?,
+            piece: Vec::with_capacity(2 * self.chunk_bytes_target.max(0) as usize),
+            events: res.getattr(intern!(py, "open_events"))?.downcast_into::<PyList>()?.unbind(),
+        });
+        Ok(())
+    }
+
+    /// Before a reader asks the reservoir for events mid-batch: it must hold every row so far
+    /// (a chunk decodes its None rows from the JSON it holds).
+    fn sync_batch(&mut self, py: Python<'_>) -> PyResult<()> {
+        match self.batch.as_mut() {
+            Some(b) => Self::write_back(py, self.res.bind(py), b),
+            None => Ok(()),
+        }
+    }
+
+    fn end_batch(&mut self, py: Python<'_>) -> PyResult<()> {
+        match self.batch.take() {
+            Some(mut b) => Self::write_back(py, self.res.bind(py), &mut b),
+            None => Ok(()),
+        }
     }
 
     /// Keep the key ids `row` got in the lowered cache's row (chunk `k`, index `idx`).
@@ -520,8 +630,13 @@ impl StreamCore {
                 c.position(py, &res, chunks, |k| lowered.contains_key(&k))?;
                 let ts = match self.lowered.get(&c.k) {
                     Some(lw) if lw.ts.len() > c.idx => lw.ts[c.idx],
-                    _ => split(&c.events(py, &res)?.get_item(c.idx)?)?.0,
+                    _ => {
+                        self.sync_batch(py)?;
+                        let c = &mut self.cursors[ci];
+                        c.item(py, &res, c.idx)?.0
+                    }
                 };
+                let c = &mut self.cursors[ci];
                 if ts > lim {
                     break;
                 }
@@ -573,11 +688,11 @@ impl StreamCore {
     /// Lower the events of chunk `k` up to index `idx` into the shared cache, so that every
     /// cursor passing them (W1's 120 heads, W2's 7 cursors) reads the lowered row.
     fn lower_chunk(&mut self, py: Python<'_>, ci: usize, k: i64, idx: usize) -> PyResult<()> {
+        self.sync_batch(py)?;
         let mut lw = self.lowered.remove(&k).unwrap_or_default();
         let res = self.res.clone_ref(py).into_bound(py);
-        let events = self.cursors[ci].events(py, &res)?;
         for j in lw.ts.len()..=idx {
-            let (ts, ev) = split(&events.get_item(j)?)?;
+            let (ts, ev) = self.cursors[ci].item(py, &res, j)?;
             self.lower_into(py, &ev, false)?;
             lw.ts.push(ts);
             lw.vals.extend_from_slice(&self.tmp.vals);
@@ -608,6 +723,7 @@ impl StreamCore {
         if start >= end {
             return Ok(());
         }
+        self.sync_batch(py)?;
         let res = self.res.clone_ref(py).into_bound(py);
         let mut c = Cursor::new(-1, Spec::All, start);
         while c.pos < end {
@@ -654,7 +770,7 @@ impl StreamCore {
             gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
-            chunk_map: Chunks::default(), template: None,
+            chunk_map: Chunks::default(), batch: None, scratch: Default::default(), template: None,
         })
     }
 
@@ -911,6 +1027,125 @@ impl StreamCore {
                 }
             }
         }
+        let out = PyDict::new(py);
+        for (nm, col) in onames.iter().zip(out_cols) {
+            out.set_item(nm.bind(py), PyList::new(py, col)?)?;
+        }
+        Ok(out)
+    }
+
+    /// `ingest_columns` for a plan without predicates, over typed columns (`Column`, built
+    /// by plan.py from Arrow or numpy): no Python object per row but the metrics' values.
+    /// `ts` holds one little-endian i64 per row. Same checks, clamping and values.
+    fn ingest_arrays<'py>(&mut self, py: Python<'py>, names: Vec<Py<PyString>>,
+                          cols: Vec<Bound<'py, PyTuple>>, ts: &[u8])
+                          -> PyResult<Bound<'py, PyDict>> {
+        if !self.preds.is_empty() {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "ingest_arrays takes no predicates: use ingest_columns"));
+        }
+        if ts.len() % 8 != 0 || names.len() != cols.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err("columns differ in length"));
+        }
+        let n = ts.len() / 8;
+        let cols = cols.iter().map(|c| Column::from_py(c, n)).collect::<PyResult<Vec<_>>>()?;
+        let width = self.fields.len();
+        let src: Vec<Option<usize>> = self.fields.iter().map(|f| {
+            let f = f.bind(py).to_str().unwrap_or_default();
+            names.iter().position(|x| x.bind(py).to_str().ok() == Some(f))
+        }).collect();
+        // `"name":` of every column, once.
+        let mut keys: Vec<Vec<u8>> = vec![];
+        for nm in &names {
+            let mut k = vec![];
+            crate::json::string(&mut k, nm.bind(py).to_str()?);
+            k.push(b':');
+            keys.push(k);
+        }
+        // Buffers kept from batch to batch: fresh ones of this size would be new pages of
+        // memory, a page fault every 4 KiB.
+        let (mut vals, mut blobs, mut ends, mut clamped) = std::mem::take(&mut self.scratch);
+        (vals.clear(), blobs.clear(), ends.clear(), clamped.clear());
+        let mut last: Option<i64> = self.res.bind(py).getattr("last_ts")?.extract()?;
+        let mut blob = std::mem::take(&mut self.blob);
+        // Every row is checked (and lowered) before any goes in.
+        let checked = (|| -> Result<(), (usize, String, Refused)> {
+            for i in 0..n {
+                let t = i64::from_le_bytes(ts[8 * i..8 * i + 8].try_into().unwrap());
+                let t = match last { Some(l) if t < l => l, _ => t };
+                last = Some(t);
+                clamped.push(t);
+                for j in 0..width {
+                    vals.push(match src[j] {
+                        None => Val::Null,
+                        Some(c) => cols[c].lower(py, i, &mut self.strings)
+                            .map_err(|e| (i, self.fields[j].bind(py).to_string(), e))?,
+                    });
+                }
+                blob.clear();
+                blob.push(b'[');
+                crate::json::int(&mut blob, t);
+                blob.extend_from_slice(b",{");
+                for (c, col) in cols.iter().enumerate() {
+                    if c > 0 {
+                        blob.push(b',');
+                    }
+                    blob.extend_from_slice(&keys[c]);
+                    col.json(i, &mut blob).map_err(|e| (i, names[c].bind(py).to_string(), e))?;
+                }
+                blob.extend_from_slice(b"}]");
+                blobs.extend_from_slice(&blob);
+                ends.push(blobs.len());
+            }
+            Ok(())
+        })();
+        self.blob = blob;
+        if let Err((i, field, why)) = checked {
+            self.scratch = (vals, blobs, ends, clamped);
+            let why = match why {
+                Refused::Lower(LowerError::NotScalar(t)) => format!(
+                    "holds a {t}, not a scalar (group keys and aggregated values are strings, \
+                     numbers, booleans or null)"),
+                Refused::Lower(LowerError::OutOfRange) => "holds an integer outside 64 bits".into(),
+                Refused::Json(m) => m,
+            };
+            let e = self.input_error(py, &field, &why);
+            let _ = e.value(py).setattr("index", i);
+            return Err(e);
+        }
+        let onames: Vec<Py<PyString>> = self.outputs.iter()
+            .flat_map(|o| o.metrics.iter().map(|m| m.0.clone_ref(py))).collect();
+        let mut out_cols: Vec<Vec<PyObject>> =
+            onames.iter().map(|_| Vec::with_capacity(n)).collect();
+        self.begin_batch(py)?;
+        let none = py.None().into_bound(py);
+        let mut start = 0;
+        let mut run = || -> PyResult<()> {
+            for i in 0..n {
+                let t = clamped[i];
+                self.cur.vals.copy_from_slice(&vals[i * width..(i + 1) * width]);
+                self.cur.kids.fill(NO_KEY);
+                self.blob.clear();
+                self.blob.extend_from_slice(&blobs[start..ends[i]]);
+                start = ends[i];
+                self.take(py, &none, t)?;
+                let mut c = 0;
+                for o in &self.outputs {
+                    let entry = self.core.read(o.table, &mut self.cur, t);
+                    for (_, slot, func) in &o.metrics {
+                        let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
+                        out_cols[c].push(finalize(py, *func, st, t, &self.strings));
+                        c += 1;
+                    }
+                }
+            }
+            Ok(())
+        };
+        let r = run();
+        let w = self.end_batch(py);
+        self.scratch = (vals, blobs, ends, clamped);
+        r?;
+        w?;
         let out = PyDict::new(py);
         for (nm, col) in onames.iter().zip(out_cols) {
             out.set_item(nm.bind(py), PyList::new(py, col)?)?;

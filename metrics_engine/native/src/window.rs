@@ -159,6 +159,20 @@ impl Cursor {
         }
     }
 
+    /// Row `idx` of the cursor's chunk as (ts, event). A row the batched path appended is
+    /// None in the list until the reservoir decodes the chunk (`chunk(k)` does, in place).
+    pub fn item<'py>(&mut self, py: Python<'py>, res: &Bound<'py, PyAny>, idx: usize)
+                     -> PyResult<(i64, Bound<'py, PyAny>)> {
+        let it = self.events(py, res)?.get_item(idx)?;
+        if !it.is_none() {
+            return split(&it);
+        }
+        let ev = res.call_method1("chunk", (self.k,))?.downcast_into::<PyList>()?;
+        let it = ev.get_item(idx)?;
+        self.events = Some(ev.unbind());
+        split(&it)
+    }
+
     /// The list of the cursor's current chunk, fetched from the reservoir if not held yet.
     pub fn events<'py>(&mut self, py: Python<'py>, res: &Bound<'py, PyAny>)
                        -> PyResult<Bound<'py, PyList>> {
@@ -179,8 +193,8 @@ impl Cursor {
         loop {
             let events = self.events.as_ref().unwrap().bind(py);
             if self.idx < events.len() {
-                let item = events.get_item(self.idx)?;
-                return split(&item);
+                let idx = self.idx;
+                return self.item(py, res, idx);
             }
             self.k += 1;
             let next = res.call_method1("chunk", (self.k,))?.downcast_into::<PyList>()?;

@@ -1,0 +1,146 @@
+//! Columns of a batch as `ingest_arrays` receives them from plan.py: typed buffers (64-bit
+//! integers, floats, booleans, UTF-8 strings as Arrow offsets + data, all-null) read without
+//! a Python object per row, or a list of Python values for any other type. Each column
+//! lowers a row to a `Val` and writes the row's JSON exactly as `json::write` writes the
+//! Python value `to_pylist` would give, so a batch and the same events one by one store and
+//! count the same.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::json;
+use crate::value::{lower, Interner, LowerError, Val};
+
+/// A column's values; the buffers are the `bytes` objects plan.py made (read in place).
+pub enum Data<'py> {
+    Int(Bound<'py, PyBytes>),
+    Float(Bound<'py, PyBytes>),
+    Bool(Bound<'py, PyBytes>),
+    Str { offsets: Bound<'py, PyBytes>, data: Bound<'py, PyBytes> },
+    Null,
+    Obj(Bound<'py, PyList>),
+}
+
+pub struct Column<'py> {
+    pub data: Data<'py>,
+    valid: Option<Bound<'py, PyBytes>>, // one byte per row, 0 for null
+    len: usize,
+}
+
+fn bytes<'py>(t: &Bound<'py, PyTuple>, i: usize) -> PyResult<Bound<'py, PyBytes>> {
+    Ok(t.get_item(i)?.downcast_into::<PyBytes>()?)
+}
+
+fn word(b: &[u8], i: usize) -> [u8; 8] {
+    b[8 * i..8 * i + 8].try_into().unwrap()
+}
+
+/// Why a row's value was refused: a lowering error, or a JSON one.
+pub enum Refused {
+    Lower(LowerError),
+    Json(String),
+}
+
+impl<'py> Column<'py> {
+    /// `(kind, valid, ...)`: `("i"|"f"|"b", valid, data)`, `("s", valid, offsets, data)`,
+    /// `("n", None)` or `("o", None, list)`; `valid` is None or one byte per row.
+    pub fn from_py(t: &Bound<'py, PyTuple>, n: usize) -> PyResult<Column<'py>> {
+        let kind: String = t.get_item(0)?.extract()?;
+        let valid = match t.get_item(1)? {
+            v if v.is_none() => None,
+            v => Some(v.downcast_into::<PyBytes>()?),
+        };
+        let data = match kind.as_str() {
+            "i" => Data::Int(bytes(t, 2)?),
+            "f" => Data::Float(bytes(t, 2)?),
+            "b" => Data::Bool(bytes(t, 2)?),
+            "s" => Data::Str { offsets: bytes(t, 2)?, data: bytes(t, 3)? },
+            "n" => Data::Null,
+            "o" => Data::Obj(t.get_item(2)?.downcast_into::<PyList>()?),
+            _ => return Err(pyo3::exceptions::PyValueError::new_err(format!("column kind {kind}"))),
+        };
+        let ok = match &data {
+            Data::Int(b) | Data::Float(b) => b.as_bytes().len() == 8 * n,
+            Data::Bool(b) => b.as_bytes().len() == n,
+            Data::Str { offsets, data } => {
+                let (offsets, data) = (offsets.as_bytes(), data.as_bytes());
+                offsets.len() == 8 * (n + 1)
+                    && (0..=n).all(|i| {
+                        let o = i64::from_le_bytes(word(offsets, i));
+                        o >= 0 && o as usize <= data.len()
+                    })
+            }
+            Data::Null => true,
+            Data::Obj(l) => l.len() == n,
+        };
+        if !ok || valid.as_ref().is_some_and(|v| v.as_bytes().len() != n) {
+            return Err(pyo3::exceptions::PyValueError::new_err("columns differ in length"));
+        }
+        Ok(Column { data, valid, len: n })
+    }
+
+    fn null(&self, i: usize) -> bool {
+        matches!(self.data, Data::Null) || self.valid.as_ref().is_some_and(|v| v.as_bytes()[i] == 0)
+    }
+
+    fn str(&self, i: usize) -> Result<&str, Refused> {
+        let Data::Str { offsets, data } = &self.data else { unreachable!() };
+        let (offsets, data) = (offsets.as_bytes(), data.as_bytes());
+        let a = i64::from_le_bytes(word(offsets, i)) as usize;
+        let b = i64::from_le_bytes(word(offsets, i + 1)) as usize;
+        if a > b {
+            return Err(Refused::Json("holds a string that is not UTF-8".into()));
+        }
+        std::str::from_utf8(&data[a..b]).map_err(|_| Refused::Json("holds a string that is not UTF-8".into()))
+    }
+
+    /// Row `i` lowered (strings interned).
+    pub fn lower(&self, py: Python<'_>, i: usize, strings: &mut Interner) -> Result<Val, Refused> {
+        debug_assert!(i < self.len);
+        if self.null(i) {
+            return Ok(Val::Null);
+        }
+        Ok(match &self.data {
+            Data::Int(b) => Val::Int(i64::from_le_bytes(word(b.as_bytes(), i)) as i128),
+            Data::Float(b) => {
+                let x = f64::from_le_bytes(word(b.as_bytes(), i));
+                if x.is_finite() { Val::Float(x) } else { Val::Null }
+            }
+            Data::Bool(b) => Val::Bool(b.as_bytes()[i] != 0),
+            Data::Str { .. } => Val::Str(strings.intern_str(py, self.str(i)?)),
+            Data::Null => Val::Null,
+            Data::Obj(l) => {
+                let v = l.get_item(i).map_err(|e| Refused::Json(e.to_string()))?;
+                lower(&v, strings).map_err(Refused::Lower)?
+            }
+        })
+    }
+
+    /// Append row `i`'s JSON to `out`.
+    pub fn json(&self, i: usize, out: &mut Vec<u8>) -> Result<(), Refused> {
+        if self.null(i) {
+            out.extend_from_slice(b"null");
+            return Ok(());
+        }
+        match &self.data {
+            Data::Int(b) => json::int(out, i64::from_le_bytes(word(b.as_bytes(), i))),
+            Data::Float(b) => {
+                json::float(out, f64::from_le_bytes(word(b.as_bytes(), i)));
+            }
+            Data::Bool(b) => {
+                out.extend_from_slice(if b.as_bytes()[i] != 0 { b"true" } else { b"false" })
+            }
+            Data::Str { .. } => {
+                let s = self.str(i)?;
+                json::string(out, s)
+            }
+            Data::Null => out.extend_from_slice(b"null"),
+            Data::Obj(l) => {
+                let v = l.get_item(i).map_err(|e| Refused::Json(e.to_string()))?;
+                let mut nulled = false;
+                json::write(out, &v, 1, &mut nulled).map_err(|e| Refused::Json(e.0))?;
+            }
+        }
+        Ok(())
+    }
+}
