@@ -134,8 +134,8 @@ class RunnerStateMachine:
             if not hot:
                 self.con.execute("ROLLBACK")
             effects = [self._reject(entry, exc)]
-        else:
-            self._commit_stage()
+        else:  # an event's runs are new (their ids hold its offset): DuckDB inserts them
+            self._commit_stage(runs_are_new=entry.kind == entries.EVENT_RECEIVED)
         self._applied = entry.offset
         if not hot:
             self.flush()
@@ -143,7 +143,7 @@ class RunnerStateMachine:
             self._buffer.maybe_hand_off(entry.ts)
         return effects
 
-    def _commit_stage(self) -> None:
+    def _commit_stage(self, runs_are_new: bool) -> None:
         stage = self._stage
         for event_id in stage.seen_expired:  # the oldest first, as staged
             self._seen_order.popleft()
@@ -154,7 +154,7 @@ class RunnerStateMachine:
         if stage.timers:
             self._set_timers(stage.timers)
         self.finished.commit(stage)
-        self._buffer.absorb(stage)
+        self._buffer.absorb(stage, runs_are_new)
 
     def _set_timers(self, changes: list[tuple[str, str, int | None]]) -> None:
         for run_id, node, deadline in changes:

@@ -461,3 +461,23 @@ def test_a_generation_goes_to_duckdb_once_old_enough_in_log_time(machine):
     assert machine._buffer.current.rows() > 0  # a new generation starts with o-3
     machine.sync()
     assert machine.con.execute("SELECT count(*) FROM runs").fetchone() == (4,)
+
+
+def test_an_events_runs_are_inserted_and_a_resumed_run_replaces_its_row(machine):
+    """The flush writes an event's runs with a plain INSERT (their ids are new) and a run a
+    later entry changed with INSERT OR REPLACE: both end up as one row, the newest."""
+    log = Log(machine)
+    setup_w3(log)
+    log.apply(entries.EVENT_RECEIVED, order("o-1"))
+    (run,) = reply(log.apply(entries.EVENT_RECEIVED, review_order("o-r"))).runs
+    assert not machine._buffer.current.replaces_runs
+    machine.sync()
+    claim = {"run_id": run["run_id"], "node_id": "review", "user": "ann"}
+    log.apply(entries.REVIEW_CLAIMED, claim)
+    log.apply(entries.REVIEW_DECIDED, dict(claim, outcome="accept", override=False), ts=T0 + 10)
+    machine.sync()
+    rows = machine.con.execute("SELECT run_id, state, decision FROM runs ORDER BY event_id"
+                               ).fetchall()
+    assert [(s, d) for _, s, d in rows] == [("decided", "approve"), ("decided", "approve")]
+    assert machine.con.execute("SELECT decision FROM decisions WHERE run_id = ?",
+                               [run["run_id"]]).fetchone() == ("approve",)
