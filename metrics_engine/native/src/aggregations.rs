@@ -99,17 +99,27 @@ impl Func {
     }
 }
 
-/// Exact power sums of a window. The sums lie inline as three i128 while they fit (`big`
-/// none), so a window's state is one record with no pointer to chase per event; an
-/// overflow moves all three to `big` (arbitrary precision) until they fit again.
+/// Exact power sums of a window. The sum lies inline as an i128 (with the count), so a
+/// sliding window's SUM/AVG state is part of its key's record (keyed.rs) with no pointer to
+/// chase per event, and a state stays 48 bytes: a record holds a state per window and slot,
+/// so every byte counts for how much of it the caches hold. What only some windows need
+/// lives in `ext`, made on first use and kept while the state is reused: the squares and
+/// cubes (VARIANCE, STDDEV, SKEWNESS), the exponents of floats in the window, and the sums
+/// in arbitrary precision after an overflow of i128 (until they fit again).
 #[derive(Clone, Debug)]
 pub struct Moments {
-    order: u8,
-    f: u32,
+    s0: i128, // the sum while `ext.big` is none
     n: i64,
+    f: u32,
+    order: u8,
+    ext: Option<Box<Ext>>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Ext {
+    s: [i128; 2],        // the sums of squares and cubes while `big` is none
     fx: Vec<(u32, i64)>, // floats in the window by binary exponent, sorted
-    s: [i128; 3],        // the sums while `big` is none (zero otherwise)
-    big: Option<Box<[BigInt; 3]>>,
+    big: Option<[BigInt; 3]>,
 }
 
 #[derive(Clone, Debug)]
@@ -147,32 +157,51 @@ fn float_ratio(v: f64) -> (Num, u32) {
 
 impl Moments {
     fn new(order: u8) -> Moments {
-        Moments { order, n: 0, f: 0, fx: Vec::new(), s: [0; 3], big: None }
+        Moments { s0: 0, n: 0, f: 0, order, ext: None }
+    }
+
+    fn ext_mut(&mut self) -> &mut Ext {
+        self.ext.get_or_insert_with(Default::default)
+    }
+
+    /// Floats in the window by binary exponent.
+    fn fx(&self) -> &[(u32, i64)] {
+        self.ext.as_ref().map_or(&[], |e| &e.fx)
     }
 
     /// The three sums as exact integers.
     fn sums(&self) -> [Num; 3] {
-        match &self.big {
-            None => [Num::S(self.s[0]), Num::S(self.s[1]), Num::S(self.s[2])],
-            Some(b) => [Num::norm(b[0].clone()), Num::norm(b[1].clone()), Num::norm(b[2].clone())],
+        match &self.ext {
+            None => [Num::S(self.s0), Num::ZERO, Num::ZERO],
+            Some(e) => match &e.big {
+                None => [Num::S(self.s0), Num::S(e.s[0]), Num::S(e.s[1])],
+                Some(b) => [Num::norm(b[0].clone()), Num::norm(b[1].clone()),
+                            Num::norm(b[2].clone())],
+            },
         }
     }
 
-    /// Set the sums: inline if all three fit in i128, else in `big`.
+    /// Set the sums: inline if all three fit in i128, else in arbitrary precision.
     fn set_sums(&mut self, v: [Num; 3]) {
         if let [Num::S(a), Num::S(b), Num::S(c)] = v {
-            self.s = [a, b, c];
-            self.big = None;
+            self.s0 = a;
+            if b != 0 || c != 0 || self.ext.is_some() {
+                let e = self.ext_mut();
+                e.s = [b, c];
+                e.big = None;
+            }
         } else {
-            self.s = [0; 3];
+            self.s0 = 0;
             let [a, b, c] = v;
-            self.big = Some(Box::new([a.big(), b.big(), c.big()]));
+            let e = self.ext_mut();
+            e.s = [0; 2];
+            e.big = Some([a.big(), b.big(), c.big()]);
         }
     }
 
-    /// Whether the sums live in `big` (a debug probe for tests).
+    /// Whether the sums are held in arbitrary precision (a debug probe for tests).
     pub fn is_big(&self) -> bool {
-        self.big.is_some()
+        self.ext.as_ref().is_some_and(|e| e.big.is_some())
     }
 
     fn rescale(&mut self, f: u32) {
@@ -187,6 +216,20 @@ impl Moments {
         self.f = f;
     }
 
+    /// Count `delta` floats of exponent `k` in (or out of) the window.
+    fn count_float(&mut self, k: u32, delta: i64) {
+        let fx = &mut self.ext_mut().fx;
+        match fx.binary_search_by_key(&k, |p| p.0) {
+            Ok(i) => {
+                fx[i].1 += delta;
+                if fx[i].1 == 0 {
+                    fx.remove(i);
+                }
+            }
+            Err(i) => fx.insert(i, (k, delta)),
+        }
+    }
+
     /// The exact scaled integer of `v` (None if not a finite number); counts floats.
     fn lift(&mut self, v: &Val, delta: i64) -> Option<Num> {
         match v {
@@ -195,15 +238,7 @@ impl Moments {
             Val::Bool(b) => Some(Num::S(*b as i128).shl(self.f)),
             Val::Float(x) if x.is_finite() => {
                 let (num, k) = float_ratio(*x);
-                match self.fx.binary_search_by_key(&k, |p| p.0) {
-                    Ok(i) => {
-                        self.fx[i].1 += delta;
-                        if self.fx[i].1 == 0 {
-                            self.fx.remove(i);
-                        }
-                    }
-                    Err(i) => self.fx.insert(i, (k, delta)),
-                }
+                self.count_float(k, delta);
                 if k > self.f {
                     self.rescale(k);
                 }
@@ -214,27 +249,32 @@ impl Moments {
     }
 
     /// The inline path: `x` added to (`sign` 1) or taken from (-1) the i128 sums; false,
-    /// changing nothing, if a power or a sum would overflow.
+    /// changing nothing, if a power or a sum would overflow (or the sums are big already).
     fn combine_small(&mut self, x: i128, sign: i64) -> bool {
         let apply = |a: i128, b: i128| if sign > 0 { a.checked_add(b) } else { a.checked_sub(b) };
-        let Some(s0) = apply(self.s[0], x) else { return false };
-        let (mut s1, mut s2) = (self.s[1], self.s[2]);
+        if self.is_big() {
+            return false;
+        }
+        let Some(s0) = apply(self.s0, x) else { return false };
         if self.order > 1 {
+            let order = self.order;
+            let e = self.ext_mut();
             let Some(xx) = x.checked_mul(x) else { return false };
-            let Some(v) = apply(s1, xx) else { return false };
-            s1 = v;
-            if self.order > 2 {
+            let Some(s1) = apply(e.s[0], xx) else { return false };
+            let mut s2 = e.s[1];
+            if order > 2 {
                 let Some(v) = xx.checked_mul(x).and_then(|xxx| apply(s2, xxx)) else { return false };
                 s2 = v;
             }
+            e.s = [s1, s2];
         }
-        self.s = [s0, s1, s2];
+        self.s0 = s0;
         true
     }
 
     fn combine(&mut self, x: &Num, sign: i64) {
         self.n += sign;
-        if let (None, Num::S(v)) = (&self.big, x) {
+        if let Num::S(v) = x {
             if self.combine_small(*v, sign) {
                 return;
             }
@@ -267,12 +307,16 @@ impl Moments {
         }
         let d = f - o.f;
         let mut done = false;
-        if let (None, None, 0) = (&self.big, &o.big, d) {
+        if d == 0 && !self.is_big() && !o.is_big() {
             // The inline path: both sums are i128 at one scale.
             let apply = |a: i128, b: i128| if sign > 0 { a.checked_add(b) } else { a.checked_sub(b) };
-            if let (Some(a), Some(b), Some(c)) =
-                (apply(self.s[0], o.s[0]), apply(self.s[1], o.s[1]), apply(self.s[2], o.s[2])) {
-                self.s = [a, b, c];
+            let (a, ob) = (self.ext.as_ref().map_or([0; 2], |e| e.s), o.ext.as_ref().map_or([0; 2], |e| e.s));
+            if let (Some(x), Some(y), Some(z)) =
+                (apply(self.s0, o.s0), apply(a[0], ob[0]), apply(a[1], ob[1])) {
+                self.s0 = x;
+                if y != 0 || z != 0 || self.ext.is_some() {
+                    self.ext_mut().s = [y, z];
+                }
                 done = true;
             }
         }
@@ -286,19 +330,11 @@ impl Moments {
             self.set_sums(s);
         }
         self.n += sign * o.n;
-        for &(k, c) in &o.fx {
-            match self.fx.binary_search_by_key(&k, |p| p.0) {
-                Ok(i) => {
-                    self.fx[i].1 += sign * c;
-                    if self.fx[i].1 == 0 {
-                        self.fx.remove(i);
-                    }
-                }
-                Err(i) => self.fx.insert(i, (k, sign * c)),
-            }
+        for &(k, c) in o.fx() {
+            self.count_float(k, sign * c);
         }
         if sign < 0 && self.f > 0 {
-            let f = self.fx.last().map(|p| p.0).unwrap_or(0);
+            let f = self.fx().last().map(|p| p.0).unwrap_or(0);
             if f < self.f {
                 self.rescale(f);
             }
@@ -309,7 +345,7 @@ impl Moments {
         if let Some(x) = self.lift(v, -1) {
             self.combine(&x, -1);
             if self.f > 0 {
-                let f = self.fx.last().map(|p| p.0).unwrap_or(0);
+                let f = self.fx().last().map(|p| p.0).unwrap_or(0);
                 if f < self.f {
                     self.rescale(f); // the finest float left: a coarser scale, still exact
                 }
@@ -506,10 +542,13 @@ impl State {
             State::Moments(m) => {
                 m.n = 0;
                 m.f = 0;
-                m.fx.clear();
-                m.fx.shrink_to(KEEP);
-                m.s = [0; 3];
-                m.big = None;
+                m.s0 = 0;
+                if let Some(e) = m.ext.as_mut() {
+                    e.s = [0; 2];
+                    e.fx.clear();
+                    e.fx.shrink_to(KEEP);
+                    e.big = None;
+                }
             }
             State::Extreme { q, .. } | State::Fifo(q) => {
                 q.clear();
@@ -568,8 +607,8 @@ impl State {
                 out.u8(m.order);
                 out.i64(m.n);
                 out.u32(m.f);
-                out.u32(m.fx.len() as u32);
-                for (k, c) in &m.fx {
+                out.u32(m.fx().len() as u32);
+                for (k, c) in m.fx() {
                     out.u32(*k);
                     out.i64(*c);
                 }
@@ -642,7 +681,10 @@ impl State {
                 }
                 let s = [Num::from_bytes(inp.bytes()?), Num::from_bytes(inp.bytes()?),
                          Num::from_bytes(inp.bytes()?)];
-                let mut m = Moments { order, n, f, fx, s: [0; 3], big: None };
+                let mut m = Moments { s0: 0, n, f, order, ext: None };
+                if !fx.is_empty() {
+                    m.ext_mut().fx = fx;
+                }
                 m.set_sums(s);
                 State::Moments(m)
             }
@@ -739,13 +781,10 @@ pub fn lower(py: Python<'_>, func: Func, st: Option<&State>, ts: i64, strings: &
         (Func::Sum, Some(State::Moments(m))) => {
             if m.n == 0 {
                 none()
-            } else if !m.fx.is_empty() {
+            } else if !m.fx().is_empty() {
                 float(py, div(&m.sums()[0], &Num::S(1).shl(m.f))) // a float in the window: a float sum
             } else {
-                match &m.big {
-                    None => num_to_py(py, &Num::S(m.s[0])),
-                    Some(_) => num_to_py(py, &m.sums()[0]),
-                }
+                if m.is_big() { num_to_py(py, &m.sums()[0]) } else { num_to_py(py, &Num::S(m.s0)) }
             }
         }
         (Func::Avg, Some(State::Moments(m))) => {
@@ -776,4 +815,5 @@ pub fn lower(py: Python<'_>, func: Func, st: Option<&State>, ts: i64, strings: &
         _ => none(),
     }
 }
+
 
