@@ -17,6 +17,7 @@ events, see :mod:`pipeline.partitioned`) and never shares a feeder between parti
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -86,9 +87,19 @@ class Feeder:
         if ts.null_count:
             raise InvariantViolation("events with a null ts")
         columns = {f: batch.column(batch.schema.get_field_index(f)) for f in self.fields}
-        if self.batched:
-            return self._feed_batched(ts, columns, batch.num_rows)
-        return self._feed_events(ts.to_pylist(), columns)
+        # The engine makes a dict per event and a value per metric, none of them in a cycle
+        # (refcounting frees them): with the collector on, those allocations set off
+        # collections that walk every live object, for nothing to collect (~6 % of a W2
+        # worker's CPU on month slices).
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            if self.batched:
+                return self._feed_batched(ts, columns, batch.num_rows)
+            return self._feed_events(ts.to_pylist(), columns)
+        finally:
+            if enabled:
+                gc.enable()
 
     def _feed_batched(self, ts: pa.Array, columns: Mapping[str, pa.Array],
                       rows: int) -> dict[str, Any]:

@@ -33,10 +33,13 @@ from pipeline.partitioned import check_log_order, map_in_log_order
 
 STREAM_COLUMN = "stream"
 metrics_per_job_max = 5_000
-# Events one engine holds at most (the memory-only reservoir keeps every event of its longest
-# window): ~1.5 KB each with W2's fields, so 1 M per partition stays far below one core's share
-# of a 24 GiB machine (see pipeline.session).
-events_per_partition_max = 1_000_000
+# Events one engine takes at most. Its state grows with them while the longest window holds
+# them: W2 over month keeps ~25 KB of native state per event (scenario 2 meets a new key of
+# card x attribute at most events, and the 392-day windows keep every key and daily bucket;
+# engine_feed on a 16th of month's cards, 8 days), besides the memory-only reservoir's ~0.2 KB.
+# 150 k per partition (~4 GiB) fits one core's share of a 24 GiB machine (see
+# pipeline.session); month then runs in ~100 partitions.
+events_per_partition_max = 150_000
 
 _DOUBLE_FUNCS = {"avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop", "skewness", "ratio"}
 _LONG_FUNCS = {"count", "count_distinct", "time_since_last"}

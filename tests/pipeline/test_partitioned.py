@@ -67,9 +67,10 @@ def test_partitions_fill_every_core_and_cap_each_engine():
     from pipeline.features import partitions_for
 
     assert partitions_for(10_000, 8, 2) == 8
-    assert partitions_for(15_000_000, 8, 2) == 16  # month: 15 would idle a core a whole task
-    assert partitions_for(15_000_000, 8, 3) == 15
-    assert partitions_for(9_000_000, 4, 4) == 12
+    assert partitions_for(15 * cap - 1, 8, 2) == 16  # 15 would idle a core a whole task
+    assert partitions_for(15 * cap - 1, 8, 3) == 15
+    assert partitions_for(9 * cap - 1, 4, 4) == 12
+    assert partitions_for(15_000_000, 8, 2) == 100  # month: ~4 GiB of W2 state per engine
     for n, shuffle, slots in [(15_000_000, 8, 2), (1, 1, 1), (3 * cap + 1, 2, 2)]:
         p = partitions_for(n, shuffle, slots)
         assert p % slots == 0 and p >= shuffle and -(-n // p) <= cap
