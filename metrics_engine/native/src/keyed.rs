@@ -277,8 +277,9 @@ fn advise_huge(p: *const u8, bytes: usize) {
 }
 
 /// A calendar bucket of one key. While it holds at most `RAW_MAX` events and has no partials
-/// (`parts` empty), it keeps its events as they came in `raw`: `stride` values each (ts, pos,
-/// then the value of each distinct input of the table's slots, see `Spare::cols`). Most keys
+/// (`parts` empty), it keeps its events as they came in `raw`: `stride` values each (ts and
+/// pos in one int, then the value of each distinct input of the table's slots, see
+/// `Spare::cols`). Most keys
 /// of W2's scenario 2 see one event a day, and a raw event costs 5 values where the partials
 /// cost a vector of slots, power sums, a set and a queue. The partials are made from `raw`
 /// when needed (a window reads or folds it, a sixth event, a snapshot), by the same
@@ -299,10 +300,15 @@ impl Bucket {
     }
 }
 
-fn raw_i(v: &Val) -> i128 {
+/// A raw event's ts and pos, packed in one value (ts in the high 64 bits).
+fn raw_ts_pos(ts: i64, pos: u64) -> Val {
+    Val::Int(((ts as i128) << 64) | pos as i128)
+}
+
+fn raw_unpack(v: &Val) -> (i64, u64) {
     match v {
-        Val::Int(i) => *i,
-        _ => unreachable!("a raw bucket's ts and pos are ints"),
+        Val::Int(i) => ((*i >> 64) as i64, *i as u64),
+        _ => unreachable!("a raw event starts with its ts and pos"),
     }
 }
 
@@ -310,9 +316,9 @@ fn raw_i(v: &Val) -> i128 {
 fn add_raw(parts: &mut [Option<State>], kinds: &[Kind], cols: &[usize], stride: usize,
            raw: &[Val]) {
     for ev in raw.chunks_exact(stride) {
-        let (ts, pos) = (raw_i(&ev[0]) as i64, raw_i(&ev[1]) as u64);
+        let (ts, pos) = raw_unpack(&ev[0]);
         for (i, part) in parts.iter_mut().enumerate() {
-            part.get_or_insert_with(|| State::new(kinds[i])).add_partial(&ev[2 + cols[i]], ts, pos);
+            part.get_or_insert_with(|| State::new(kinds[i])).add_partial(&ev[1 + cols[i]], ts, pos);
         }
     }
 }
@@ -378,7 +384,7 @@ impl Hop {
 /// one: their states stay allocated, emptied, so a new bucket reuses them as they are.
 /// Every vector is as wide as the table's slots, with their kinds (`set_slots` drops them).
 /// It also holds what raw buckets need: the column of each slot's input (`cols`), the values
-/// an event takes (`stride`: ts, pos and one per distinct input, `inputs`), spare raw vectors
+/// an event takes (`stride`: ts and pos packed, and one per distinct input, `inputs`), spare raw vectors
 /// and a scratch of partials made from a raw bucket to fold it into a window.
 #[derive(Clone, Default)]
 pub struct Spare {
@@ -425,7 +431,7 @@ impl Spare {
                 self.inputs.len() - 1
             }
         }).collect();
-        self.stride = 2 + self.inputs.len();
+        self.stride = 1 + self.inputs.len();
     }
 
     /// The same layout, holding no vectors (for a copy rolled apart).
@@ -554,6 +560,10 @@ pub struct GroupTable {
     live: usize,
     spare: Vec<Entry>, // freed entries whose vectors the next new key reuses (no allocation)
     spare_slots: Spare,
+    /// Calendar tables: the partials of key `read_id`'s one closed bucket, made from its raw
+    /// events by `readable` for the reads that follow (`u32::MAX`: none).
+    read_id: u32,
+    read_parts: Vec<Option<State>>,
 }
 
 const SPARE_MAX: usize = 1024;
@@ -564,7 +574,8 @@ impl GroupTable {
     pub fn new(space: usize) -> GroupTable {
         GroupTable { space, hop: None, rolls: 0, sweep: 0, sweep_tick: 0, sids: vec![], kinds: vec![],
                      inputs: vec![], entries: vec![], col: None, flat: vec![], present: vec![], live: 0,
-                     spare: vec![], spare_slots: Spare::default() }
+                     spare: vec![], spare_slots: Spare::default(), read_id: u32::MAX,
+                     read_parts: vec![] }
     }
 
     /// The id of `key` if this table holds an entry for it.
@@ -626,7 +637,12 @@ impl GroupTable {
             }
             return self.states_of(space, id)[slot].as_ref();
         }
-        self.entries.get(id as usize).and_then(|e| e.as_ref()).and_then(|e| e.window(slot))
+        let e = self.entries.get(id as usize).and_then(|e| e.as_ref())?;
+        if e.states.is_empty() && e.absorbed == 1 && e.ring[0].is_raw() {
+            assert_eq!(id, self.read_id, "a raw bucket read without readable()");
+            return self.read_parts.get(slot).and_then(|p| p.as_ref());
+        }
+        e.window(slot)
     }
 
     /// The states of key id `id` (a plain table's, or a calendar entry's own).
@@ -771,14 +787,25 @@ impl GroupTable {
     }
 
     /// Make key id `id`'s window readable by `window` (calendar tables, after `roll`): a
-    /// window of one closed bucket is that bucket's partials, made now if it is raw.
+    /// window of one closed bucket is that bucket's partials; if the bucket is raw they are
+    /// made in `read_parts` for the reads that follow (the bucket stays raw: most keys read
+    /// again keep one closed bucket for days, and its partials would stay with it).
     pub fn readable(&mut self, id: u32) {
         if self.hop.is_none() {
             return;
         }
-        let e = self.entries[id as usize].as_mut().expect("live entry");
-        if e.states.is_empty() && e.absorbed == 1 {
-            make_parts(&mut e.ring[0], &self.kinds, &mut self.spare_slots);
+        let e = self.entries[id as usize].as_ref().expect("live entry");
+        if e.states.is_empty() && e.absorbed == 1 && e.ring[0].is_raw() {
+            let kinds = &self.kinds;
+            if self.read_parts.len() != kinds.len() {
+                self.read_parts = kinds.iter().map(|k| Some(State::new(*k))).collect();
+            }
+            for p in self.read_parts.iter_mut().flatten() {
+                p.clear();
+            }
+            let sp = &self.spare_slots;
+            add_raw(&mut self.read_parts, kinds, &sp.cols, sp.stride, &e.ring[0].raw);
+            self.read_id = id;
         }
     }
 
@@ -841,8 +868,7 @@ impl GroupTable {
         };
         let bk = &mut e.ring[at];
         if bk.parts.is_empty() && only.is_none() && bk.raw.len() < spare.stride * RAW_MAX {
-            bk.raw.push(Val::Int(ts as i128));
-            bk.raw.push(Val::Int(pos as i128));
+            bk.raw.push(raw_ts_pos(ts, pos));
             for &inp in &spare.inputs {
                 bk.raw.push(value(inp));
             }
@@ -1023,6 +1049,8 @@ impl GroupTable {
             self.remove(id, Some(space));
         }
         self.spare_slots.clear(); // vectors of the old slots' width and kinds
+        self.read_parts.clear();
+        self.read_id = u32::MAX;
         for e in self.spare.iter_mut() {
             e.states.clear();
         }
@@ -1046,8 +1074,8 @@ impl GroupTable {
                     s.renumber(map)?;
                 }
                 for ev in b.raw.chunks_exact_mut(stride) {
-                    let p = raw_i(&ev[1]) as u64;
-                    ev[1] = Val::Int(*map.get(p as usize).ok_or(p)? as i128);
+                    let (ts, p) = raw_unpack(&ev[0]);
+                    ev[0] = raw_ts_pos(ts, *map.get(p as usize).ok_or(p)?);
                 }
             }
         }
