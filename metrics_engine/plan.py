@@ -258,7 +258,7 @@ class StreamPlan:
         self.order: list[Cursor] = []
         self.window_index: dict[WindowSpec, int] = {}
         self._known: set[int] = set()  # cursor ids the core has
-        self.has_preds = False  # whether the lowered plan evaluates predicates (in Python)
+        self.native_batch = True  # ingest_many runs natively (no predicate needs Python)
         self._next_cid = 0
 
     def synced(self, c: Cursor) -> bool:
@@ -284,6 +284,7 @@ class StreamPlan:
         self.order = [self.cursors[s] for s in TopologicalSorter(deps).static_order()]
         fields: dict[str, int] = {}
         preds: dict[str, tuple[int, Callable]] = {}
+        exprs: list = []
 
         def field(name: str) -> int:
             return fields.setdefault(name, len(fields))
@@ -292,6 +293,7 @@ class StreamPlan:
             text = render(expr)
             if text not in preds:
                 preds[text] = (len(preds), compile_expr(expr))
+                exprs.append(expr)
             return preds[text][0]
 
         windows, self.window_index = [], {}
@@ -325,9 +327,10 @@ class StreamPlan:
                                             self.window_index[m.window.spec], where[g.gid], []))
                 o[4].append((m.d.name, g.states.index(m.state), m.d.func))
         cursors = [(c.cid, *_spec_args(c.spec), c.start) for c in self.cursors.values()]
-        self.has_preds = bool(preds)
         self.core.set_plan(list(fields), [f for _, f in preds.values()], cursors,
                            [c.cid for c in self.order], windows, list(outs.values()))
+        # The batched path runs natively when every predicate lowers (predicate.rs).
+        self.native_batch = self.core.lower_preds(exprs)
         self._known = {c.cid for c in self.cursors.values()}
 
 
@@ -481,7 +484,7 @@ class Plan:
         if isinstance(columns, pa.RecordBatch | pa.Table):
             columns = {name: columns.column(name) for name in columns.schema.names}
         sp = self.streams.get(stream)
-        if sp is not None and not sp.has_preds:
+        if sp is not None and sp.native_batch:
             # No predicate needs the events as Python objects: typed columns go in whole.
             if isinstance(ts, pa.ChunkedArray | pa.Array):
                 ts = ts.to_numpy(zero_copy_only=False)

@@ -105,7 +105,7 @@ def test_native_batches_give_what_ingest_gives(tmp_path, form):
     ts, rows = _rows(1500)
     want, digest = _reference(tmp_path, ts, rows)
     eng = _engine(tmp_path / "b")
-    assert not eng._plan.streams["payments"].has_preds
+    assert eng._plan.streams["payments"].native_batch
     got: dict[str, list] = {}
     for t, cols in _batches(ts, rows, 400, form):
         for k, v in eng.ingest_many("payments", t, cols).items():
@@ -222,4 +222,61 @@ def test_a_crash_after_batches_then_refeed_gives_identical_digests(tmp_path):
     out = eng.ingest_many("payments", ts[durable:], pa.Table.from_pylist(rows[durable:]))
     _same(out, want[durable:])
     assert eng.digest() == digest
+    eng.close()
+
+
+# WHERE and RATIO over a field of every kind: the batch evaluates them natively
+# (predicate.rs), ``ingest`` with predicates.py's closures; they must agree on every row.
+MIXED = [0, 1, 1.0, True, False, 2, 2.5, -3, 10**15, "a", "", "b", "é", None, [1], {"k": 1}, []]
+PREDICATES = [
+    "x = 1", "x != 1", "x > 1", "x <= 2.5", "x < 'b'", "x >= ''", "x = 'a'", "x != 'a'",
+    "x IN (1, 'a', TRUE)", "x NOT IN (2, 'b')", "x IS NULL", "x IS NOT NULL",
+    "NOT x = 1", "(x > 0 AND y = 'p') OR x = 'a'", "NOT (x < 1 OR y != 'q')", "x = NULL",
+    "1 < x", "'a' = x", "x IN (NULL, 2.5)", "x > TRUE",
+]
+
+
+def _mixed(n: int, seed: int) -> tuple[list[int], list[dict]]:
+    rng = np.random.default_rng(seed)
+    ts = [T0 + 1000 * i for i in range(n)]
+    rows = [{"g": f"g{int(rng.integers(3))}", "x": MIXED[int(rng.integers(len(MIXED)))],
+             "y": ["p", "q", None][int(rng.integers(3))], "amount": int(rng.integers(100))}
+            for _ in range(n)]
+    return ts, rows
+
+
+def test_native_predicates_agree_with_python_ones(tmp_path):
+    defs = [f"SELECT COUNT(*) AS w{i}, RATIO({p}) AS r{i} FROM s WHERE {p} GROUP BY g "
+            f"RANGE 2 MINUTES" for i, p in enumerate(PREDICATES)]
+    ts, rows = _mixed(900, 4)
+    ref = Engine(tmp_path / "ref", **OPTS)
+    eng = Engine(tmp_path / "b", **OPTS)
+    for d in defs:
+        ref.define(d)
+        eng.define(d)
+    assert eng._plan.streams["s"].native_batch
+    want = [ref.ingest("s", ev, t) for t, ev in zip(ts, rows, strict=True)]
+    got: dict[str, list] = {}
+    for lo in range(0, len(rows), 300):
+        cols = {k: [r[k] for r in rows[lo:lo + 300]] for k in rows[0]}
+        for k, v in eng.ingest_many("s", ts[lo:lo + 300], cols).items():
+            got.setdefault(k, []).extend(v)
+    _same(got, want)
+    assert eng.digest() == ref.digest()
+    ref.close()
+    eng.close()
+
+
+def test_arithmetic_predicates_keep_the_python_path(tmp_path):
+    ts, rows = _rows(400, seed=2)
+    d = "SELECT COUNT(*) AS big FROM payments WHERE amount * 2 > 20000 GROUP BY card RANGE 1 HOURS"
+    ref = Engine(tmp_path / "ref", **OPTS)
+    eng = Engine(tmp_path / "b", **OPTS)
+    ref.define(d)
+    eng.define(d)
+    assert not eng._plan.streams["payments"].native_batch
+    want = [ref.ingest("payments", ev, t) for t, ev in zip(ts, rows, strict=True)]
+    out = eng.ingest_many("payments", ts, pa.Table.from_pylist(rows))
+    assert out["big"] == [w["big"] for w in want]
+    ref.close()
     eng.close()

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 
 use crate::json;
+use crate::predicate::PVal;
 use crate::value::{lower, Interner, LowerError, Val};
 
 /// A column's values; the buffers are the `bytes` objects plan.py made (read in place).
@@ -114,6 +115,25 @@ impl<'py> Column<'py> {
                 lower(&v, strings).map_err(Refused::Lower)?
             }
         })
+    }
+
+    /// Row `i` as a predicate sees it: a list or dict is `Other` (its truthiness), not an
+    /// error (predicates.py compares it, false); an integer beyond 64 bits too (the row's
+    /// JSON refuses it anyway).
+    pub fn pred_value(&self, py: Python<'_>, i: usize, strings: &mut Interner) -> PVal {
+        if let Data::Obj(l) = &self.data {
+            if !self.null(i) {
+                let Ok(v) = l.get_item(i) else { return PVal::Other(true) };
+                return match lower(&v, strings) {
+                    Ok(x) => PVal::Val(x),
+                    Err(_) => PVal::Other(v.is_truthy().unwrap_or(true)),
+                };
+            }
+        }
+        match self.lower(py, i, strings) {
+            Ok(v) => PVal::Val(v),
+            Err(_) => PVal::Other(true),
+        }
     }
 
     /// Append row `i`'s JSON to `out`.

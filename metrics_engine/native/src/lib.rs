@@ -2,7 +2,7 @@
 //! states and finalizers, driven by a plan that Python lowers and sends (see plan.rs).
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
-//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `columns` (a batch's typed columns), `aggregations` (the monoids), `keyed` (group keys to
+//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `columns` (a batch's typed columns), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
 //! ids to states), `window` (cursors), `writer` (the reservoir's disk writer thread), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
@@ -13,6 +13,7 @@ mod json;
 mod keyed;
 mod num;
 mod plan;
+mod predicate;
 mod value;
 mod window;
 mod writer;

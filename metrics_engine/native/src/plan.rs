@@ -20,6 +20,7 @@ use crate::aggregations::{lower as finalize, Func, Kind, State};
 use crate::keyed::{GroupTable, Hop, Input, KeySpace};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
+use crate::predicate::{truthy, Node, PVal};
 use crate::window::{Chunks, Cursor, Spec};
 
 /// Lowered chunks kept for cursors (a bound on memory, independent of window length).
@@ -265,6 +266,8 @@ pub struct StreamCore {
     batch: Option<Batch>,
     /// `ingest_arrays`' buffers: lowered values, JSON, its row ends, clamped times.
     scratch: (Vec<Val>, Vec<u8>, Vec<usize>, Vec<i64>),
+    /// The plan's predicates lowered natively (and the fields they read), when all could be.
+    npreds: Option<(Vec<Node>, Vec<String>)>,
     template: Option<(Py<PyDict>, bool)>,
 }
 
@@ -481,6 +484,140 @@ impl StreamCore {
             events: res.getattr(intern!(py, "open_events"))?.downcast_into::<PyList>()?.unbind(),
         });
         Ok(())
+    }
+
+    /// `ingest_arrays`' work; `npreds`: the lowered predicates (taken out of `self`).
+    fn ingest_typed<'py>(&mut self, py: Python<'py>, names: Vec<Py<PyString>>,
+                         cols: Vec<Bound<'py, PyTuple>>, ts: &[u8],
+                         npreds: Option<&(Vec<Node>, Vec<String>)>)
+                         -> PyResult<Bound<'py, PyDict>> {
+        if ts.len() % 8 != 0 || names.len() != cols.len() {
+            return Err(pyo3::exceptions::PyValueError::new_err("columns differ in length"));
+        }
+        let n = ts.len() / 8;
+        let cols = cols.iter().map(|c| Column::from_py(c, n)).collect::<PyResult<Vec<_>>>()?;
+        let width = self.fields.len();
+        let src: Vec<Option<usize>> = self.fields.iter().map(|f| {
+            let f = f.bind(py).to_str().unwrap_or_default();
+            names.iter().position(|x| x.bind(py).to_str().ok() == Some(f))
+        }).collect();
+        let pwidth = self.preds.len();
+        let (nodes, pfields): (&[Node], &[String]) = match npreds {
+            Some((n, f)) => (n, f),
+            None => (&[], &[]),
+        };
+        let psrc: Vec<Option<usize>> = pfields.iter()
+            .map(|f| names.iter().position(|x| x.bind(py).to_str().ok() == Some(f.as_str())))
+            .collect();
+        let mut pvals: Vec<PVal> = vec![PVal::Val(Val::Null); pfields.len()];
+        let mut flags: Vec<bool> = Vec::with_capacity(n * pwidth);
+        // `"name":` of every column, once.
+        let mut keys: Vec<Vec<u8>> = vec![];
+        for nm in &names {
+            let mut k = vec![];
+            crate::json::string(&mut k, nm.bind(py).to_str()?);
+            k.push(b':');
+            keys.push(k);
+        }
+        // Buffers kept from batch to batch: fresh ones of this size would be new pages of
+        // memory, a page fault every 4 KiB.
+        let (mut vals, mut blobs, mut ends, mut clamped) = std::mem::take(&mut self.scratch);
+        (vals.clear(), blobs.clear(), ends.clear(), clamped.clear());
+        let mut last: Option<i64> = self.res.bind(py).getattr("last_ts")?.extract()?;
+        let mut blob = std::mem::take(&mut self.blob);
+        // Every row is checked (and lowered) before any goes in.
+        let checked = (|| -> Result<(), (usize, String, Refused)> {
+            for i in 0..n {
+                let t = i64::from_le_bytes(ts[8 * i..8 * i + 8].try_into().unwrap());
+                let t = match last { Some(l) if t < l => l, _ => t };
+                last = Some(t);
+                clamped.push(t);
+                for j in 0..width {
+                    vals.push(match src[j] {
+                        None => Val::Null,
+                        Some(c) => cols[c].lower(py, i, &mut self.strings)
+                            .map_err(|e| (i, self.fields[j].bind(py).to_string(), e))?,
+                    });
+                }
+                for (p, src) in psrc.iter().enumerate() {
+                    pvals[p] = match src {
+                        None => PVal::Val(Val::Null),
+                        Some(c) => cols[*c].pred_value(py, i, &mut self.strings),
+                    };
+                }
+                for node in nodes {
+                    flags.push(truthy(py, &node.eval(py, &pvals, &self.strings), &self.strings));
+                }
+                blob.clear();
+                blob.push(b'[');
+                crate::json::int(&mut blob, t);
+                blob.extend_from_slice(b",{");
+                for (c, col) in cols.iter().enumerate() {
+                    if c > 0 {
+                        blob.push(b',');
+                    }
+                    blob.extend_from_slice(&keys[c]);
+                    col.json(i, &mut blob).map_err(|e| (i, names[c].bind(py).to_string(), e))?;
+                }
+                blob.extend_from_slice(b"}]");
+                blobs.extend_from_slice(&blob);
+                ends.push(blobs.len());
+            }
+            Ok(())
+        })();
+        self.blob = blob;
+        if let Err((i, field, why)) = checked {
+            self.scratch = (vals, blobs, ends, clamped);
+            let why = match why {
+                Refused::Lower(LowerError::NotScalar(t)) => format!(
+                    "holds a {t}, not a scalar (group keys and aggregated values are strings, \
+                     numbers, booleans or null)"),
+                Refused::Lower(LowerError::OutOfRange) => "holds an integer outside 64 bits".into(),
+                Refused::Json(m) => m,
+            };
+            let e = self.input_error(py, &field, &why);
+            let _ = e.value(py).setattr("index", i);
+            return Err(e);
+        }
+        let onames: Vec<Py<PyString>> = self.outputs.iter()
+            .flat_map(|o| o.metrics.iter().map(|m| m.0.clone_ref(py))).collect();
+        let mut out_cols: Vec<Vec<PyObject>> =
+            onames.iter().map(|_| Vec::with_capacity(n)).collect();
+        self.begin_batch(py)?;
+        let none = py.None().into_bound(py);
+        let mut start = 0;
+        let mut run = || -> PyResult<()> {
+            for i in 0..n {
+                let t = clamped[i];
+                self.cur.vals.copy_from_slice(&vals[i * width..(i + 1) * width]);
+                self.cur.preds.copy_from_slice(&flags[i * pwidth..(i + 1) * pwidth]);
+                self.cur.kids.fill(NO_KEY);
+                self.blob.clear();
+                self.blob.extend_from_slice(&blobs[start..ends[i]]);
+                start = ends[i];
+                self.take(py, &none, t)?;
+                let mut c = 0;
+                for o in &self.outputs {
+                    let entry = self.core.read(o.table, &mut self.cur, t);
+                    for (_, slot, func) in &o.metrics {
+                        let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
+                        out_cols[c].push(finalize(py, *func, st, t, &self.strings));
+                        c += 1;
+                    }
+                }
+            }
+            Ok(())
+        };
+        let r = run();
+        let w = self.end_batch(py);
+        self.scratch = (vals, blobs, ends, clamped);
+        r?;
+        w?;
+        let out = PyDict::new(py);
+        for (nm, col) in onames.iter().zip(out_cols) {
+            out.set_item(nm.bind(py), PyList::new(py, col)?)?;
+        }
+        Ok(out)
     }
 
     /// Before a reader asks the reservoir for events mid-batch: it must hold every row so far
@@ -782,7 +919,8 @@ impl StreamCore {
             gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
-            chunk_map: Chunks::default(), batch: None, scratch: Default::default(), template: None,
+            chunk_map: Chunks::default(), batch: None, scratch: Default::default(), npreds: None,
+            template: None,
         })
     }
 
@@ -1052,119 +1190,26 @@ impl StreamCore {
     fn ingest_arrays<'py>(&mut self, py: Python<'py>, names: Vec<Py<PyString>>,
                           cols: Vec<Bound<'py, PyTuple>>, ts: &[u8])
                           -> PyResult<Bound<'py, PyDict>> {
-        if !self.preds.is_empty() {
+        if !self.preds.is_empty() && self.npreds.is_none() {
             return Err(pyo3::exceptions::PyValueError::new_err(
-                "ingest_arrays takes no predicates: use ingest_columns"));
+                "the plan's predicates are not lowered: use ingest_columns"));
         }
-        if ts.len() % 8 != 0 || names.len() != cols.len() {
-            return Err(pyo3::exceptions::PyValueError::new_err("columns differ in length"));
-        }
-        let n = ts.len() / 8;
-        let cols = cols.iter().map(|c| Column::from_py(c, n)).collect::<PyResult<Vec<_>>>()?;
-        let width = self.fields.len();
-        let src: Vec<Option<usize>> = self.fields.iter().map(|f| {
-            let f = f.bind(py).to_str().unwrap_or_default();
-            names.iter().position(|x| x.bind(py).to_str().ok() == Some(f))
-        }).collect();
-        // `"name":` of every column, once.
-        let mut keys: Vec<Vec<u8>> = vec![];
-        for nm in &names {
-            let mut k = vec![];
-            crate::json::string(&mut k, nm.bind(py).to_str()?);
-            k.push(b':');
-            keys.push(k);
-        }
-        // Buffers kept from batch to batch: fresh ones of this size would be new pages of
-        // memory, a page fault every 4 KiB.
-        let (mut vals, mut blobs, mut ends, mut clamped) = std::mem::take(&mut self.scratch);
-        (vals.clear(), blobs.clear(), ends.clear(), clamped.clear());
-        let mut last: Option<i64> = self.res.bind(py).getattr("last_ts")?.extract()?;
-        let mut blob = std::mem::take(&mut self.blob);
-        // Every row is checked (and lowered) before any goes in.
-        let checked = (|| -> Result<(), (usize, String, Refused)> {
-            for i in 0..n {
-                let t = i64::from_le_bytes(ts[8 * i..8 * i + 8].try_into().unwrap());
-                let t = match last { Some(l) if t < l => l, _ => t };
-                last = Some(t);
-                clamped.push(t);
-                for j in 0..width {
-                    vals.push(match src[j] {
-                        None => Val::Null,
-                        Some(c) => cols[c].lower(py, i, &mut self.strings)
-                            .map_err(|e| (i, self.fields[j].bind(py).to_string(), e))?,
-                    });
-                }
-                blob.clear();
-                blob.push(b'[');
-                crate::json::int(&mut blob, t);
-                blob.extend_from_slice(b",{");
-                for (c, col) in cols.iter().enumerate() {
-                    if c > 0 {
-                        blob.push(b',');
-                    }
-                    blob.extend_from_slice(&keys[c]);
-                    col.json(i, &mut blob).map_err(|e| (i, names[c].bind(py).to_string(), e))?;
-                }
-                blob.extend_from_slice(b"}]");
-                blobs.extend_from_slice(&blob);
-                ends.push(blobs.len());
-            }
-            Ok(())
-        })();
-        self.blob = blob;
-        if let Err((i, field, why)) = checked {
-            self.scratch = (vals, blobs, ends, clamped);
-            let why = match why {
-                Refused::Lower(LowerError::NotScalar(t)) => format!(
-                    "holds a {t}, not a scalar (group keys and aggregated values are strings, \
-                     numbers, booleans or null)"),
-                Refused::Lower(LowerError::OutOfRange) => "holds an integer outside 64 bits".into(),
-                Refused::Json(m) => m,
-            };
-            let e = self.input_error(py, &field, &why);
-            let _ = e.value(py).setattr("index", i);
-            return Err(e);
-        }
-        let onames: Vec<Py<PyString>> = self.outputs.iter()
-            .flat_map(|o| o.metrics.iter().map(|m| m.0.clone_ref(py))).collect();
-        let mut out_cols: Vec<Vec<PyObject>> =
-            onames.iter().map(|_| Vec::with_capacity(n)).collect();
-        self.begin_batch(py)?;
-        let none = py.None().into_bound(py);
-        let mut start = 0;
-        let mut run = || -> PyResult<()> {
-            for i in 0..n {
-                let t = clamped[i];
-                self.cur.vals.copy_from_slice(&vals[i * width..(i + 1) * width]);
-                self.cur.kids.fill(NO_KEY);
-                self.blob.clear();
-                self.blob.extend_from_slice(&blobs[start..ends[i]]);
-                start = ends[i];
-                self.take(py, &none, t)?;
-                let mut c = 0;
-                for o in &self.outputs {
-                    let entry = self.core.read(o.table, &mut self.cur, t);
-                    for (_, slot, func) in &o.metrics {
-                        let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
-                        out_cols[c].push(finalize(py, *func, st, t, &self.strings));
-                        c += 1;
-                    }
-                }
-            }
-            Ok(())
-        };
-        let r = run();
-        let w = self.end_batch(py);
-        self.scratch = (vals, blobs, ends, clamped);
-        r?;
-        w?;
-        let out = PyDict::new(py);
-        for (nm, col) in onames.iter().zip(out_cols) {
-            out.set_item(nm.bind(py), PyList::new(py, col)?)?;
-        }
-        Ok(out)
+        let npreds = self.npreds.take();
+        let r = self.ingest_typed(py, names, cols, ts, npreds.as_ref());
+        self.npreds = npreds;
+        r
     }
 
+    /// Lower the plan's predicates (its expressions, in the order `set_plan` got their
+    /// closures) for `ingest_arrays`; false when one cannot be (the batch then goes through
+    /// `ingest_columns`).
+    fn lower_preds(&mut self, exprs: Vec<Bound<'_, PyAny>>) -> bool {
+        let mut fields = vec![];
+        let nodes: Option<Vec<Node>> = exprs.iter()
+            .map(|e| crate::predicate::parse(e, &mut fields, &mut self.strings)).collect();
+        self.npreds = nodes.filter(|n| n.len() == self.preds.len()).map(|n| (n, fields));
+        self.npreds.is_some()
+    }
     /// Move every cursor to time `t` / position `next_pos` (replay after a crash).
     fn advance_all(&mut self, py: Python<'_>, t: i64, next_pos: u64) -> PyResult<()> {
         for oi in 0..self.order.len() {
