@@ -53,6 +53,9 @@ P5_TARGET_S = 15 * 60
 P6_TARGETS = {1_000_000: ("P6_1M", 10.0), 10_000_000: ("P6_10M", 60.0)}
 PARITY_EVENTS_MAX = 1_000_000  # every value up to small; above, a key sample
 PARITY_SAMPLE_EVENTS_MIN = 100_000
+# Events one online engine of the parity takes at most: W2's state is ~25-30 KB an event of
+# month (the 392-day windows keep every key), so 500 k events in one engine took ~16 GiB.
+PARITY_ENGINE_EVENTS_MAX = 150_000
 DAY_MS = 86_400_000
 
 
@@ -183,13 +186,20 @@ PARITY_NOTE = {True: "every value", False: "a seeded sample of whole group keys"
 def features_parity(spark, source: Path, spark_out: Path, texts: list[str],
                     events: int) -> tuple[int, int]:
     """(mismatches, events compared) against the online engine: every value up to
-    ``PARITY_EVENTS_MAX`` events (streamed in seq order), else a seeded key sample of at
-    least ``PARITY_SAMPLE_EVENTS_MIN`` events. Not timed."""
-    from pipeline.parity import compare_streams, sampled_parity
+    ``PARITY_EVENTS_MAX`` events (streamed in seq order; above ``PARITY_ENGINE_EVENTS_MAX``,
+    one online engine per disjoint range of group keys, so none holds the whole set's state),
+    else a seeded key sample of at least ``PARITY_SAMPLE_EVENTS_MIN`` events. Not timed."""
+    from pipeline.parity import compare_streams, partitioned_parity, sampled_parity
 
     if events > PARITY_EVENTS_MAX:
         r = sampled_parity(spark, str(source), str(spark_out), texts, PARITY_SAMPLE_EVENTS_MIN,
                            seed=SEED)
+        return r.mismatches, r.events
+    if events > PARITY_ENGINE_EVENTS_MAX:
+        parts = -(-events // PARITY_ENGINE_EVENTS_MAX)
+        r = partitioned_parity(spark, str(source), str(spark_out), texts, parts, seed=SEED)
+        if r.events != events:
+            raise RuntimeError(f"parity compared {r.events} of {events} events")
         return r.mismatches, r.events
     names = [d.name for d in parse_definitions(texts)]
     offline = spark.read.parquet(str(spark_out)).select("seq", *names).orderBy("seq")

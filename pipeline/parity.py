@@ -3,7 +3,8 @@
 Used by the tests and the benchmark: :func:`compare` (offline values by ``seq`` in memory),
 :func:`compare_streams` (both sides in log order, memory flat: every value of ``small``) and
 :func:`sampled_parity` (a seeded sample of whole group keys of ``month``, fed to a fresh online
-engine). The online engine is the reference. Two
+engine) and :func:`partitioned_parity` (every value, one fresh online engine per disjoint range of
+group keys, so no engine holds a whole data set's state). The online engine is the reference. Two
 values agree only if they are equal *and* of the same Python type (1 and 1.0 differ), so a
 rounding or a type change in the offline path counts as a mismatch.
 """
@@ -92,14 +93,18 @@ def compare_streams(events_in_log_order: Iterable[Mapping[str, Any]],
     return report
 
 
-def key_sample(df, key: Sequence[str], fraction: float, seed: int):
-    """The rows of ``df`` whose group key falls in a seeded hash sample of ``fraction``:
-    every event of a sampled key, none of the others (so the sample holds whole groups)."""
+_KEY_BUCKETS = 1_000_000
+
+
+def key_sample(df, key: Sequence[str], fraction: float, seed: int, start: float = 0.0):
+    """The rows of ``df`` whose group key falls in a seeded hash sample of ``fraction`` (of
+    the hash range from ``start``): every event of a sampled key, none of the others (so the
+    sample holds whole groups). Disjoint ranges give disjoint samples."""
     from pyspark.sql import functions as F
 
-    buckets = 1_000_000
-    h = F.pmod(F.xxhash64(F.lit(seed), *[F.col(c) for c in key]), F.lit(buckets))
-    return df.where(h < F.lit(int(fraction * buckets)))
+    h = F.pmod(F.xxhash64(F.lit(seed), *[F.col(c) for c in key]), F.lit(_KEY_BUCKETS))
+    lo, hi = int(start * _KEY_BUCKETS), int(min(1.0, start + fraction) * _KEY_BUCKETS)
+    return df.where((h >= F.lit(lo)) & (h < F.lit(hi)))
 
 
 def sampled_parity(spark, events_path: str, features_path: str, definitions: Sequence[str],
@@ -123,16 +128,45 @@ def sampled_parity(spark, events_path: str, features_path: str, definitions: Seq
             if fraction >= 1.0 or sample.count() >= events_min:
                 break
             fraction = min(1.0, fraction * 2)
-        names = list(pset.names)
-        rows = (r.asDict() for r in sample.orderBy("ts", SEQ).toLocalIterator(True))
-        offline = (r.asDict() for r in features.select(SEQ, "ts", *names)
-                   .join(sample.select(SEQ), on=SEQ, how="left_semi")
-                   .orderBy("ts", SEQ).drop("ts").toLocalIterator(True))
-        report = compare_streams(rows, offline, list(pset.texts), stream)
-        total_report.events += report.events
-        total_report.values += report.values
-        total_report.mismatches += report.mismatches
-        for k, v in report.by_metric.items():
-            total_report.by_metric[k] = total_report.by_metric.get(k, 0) + v
-        total_report.examples += report.examples[: examples_max - len(total_report.examples)]
+        _add(total_report, _sample_parity(sample, features, pset, stream))
     return total_report
+
+
+def partitioned_parity(spark, events_path: str, features_path: str, definitions: Sequence[str],
+                       parts: int, seed: int, stream: str = "payments") -> ParityReport:
+    """Parity on every event: per partition set, ``parts`` disjoint seeded ranges of group
+    keys, each fed in log order to its own fresh online engine (exact, as for
+    :func:`sampled_parity`: a value depends only on its group's events). An online engine
+    holding every key of ``small`` under W2 would need tens of GiB; one range's engine holds
+    ``1/parts`` of it."""
+    from pipeline.features import parse_definitions, plan_groups, plan_partitions
+
+    events = spark.read.parquet(events_path)
+    features = spark.read.parquet(features_path)
+    total_report = ParityReport()
+    parts = max(1, parts)
+    for pset in plan_partitions(plan_groups(parse_definitions(definitions))):
+        for i in range(parts):
+            hi = 1.0 if i == parts - 1 else (i + 1) / parts
+            sample = key_sample(events, pset.key, hi - i / parts, seed, start=i / parts)
+            _add(total_report, _sample_parity(sample, features, pset, stream))
+    return total_report
+
+
+def _sample_parity(sample, features, pset, stream: str) -> ParityReport:
+    """Parity of one key sample's events (both sides streamed in log order)."""
+    names = list(pset.names)
+    rows = (r.asDict() for r in sample.orderBy("ts", SEQ).toLocalIterator(True))
+    offline = (r.asDict() for r in features.select(SEQ, "ts", *names)
+               .join(sample.select(SEQ), on=SEQ, how="left_semi")
+               .orderBy("ts", SEQ).drop("ts").toLocalIterator(True))
+    return compare_streams(rows, offline, list(pset.texts), stream)
+
+
+def _add(total: ParityReport, report: ParityReport) -> None:
+    total.events += report.events
+    total.values += report.values
+    total.mismatches += report.mismatches
+    for k, v in report.by_metric.items():
+        total.by_metric[k] = total.by_metric.get(k, 0) + v
+    total.examples += report.examples[: examples_max - len(total.examples)]

@@ -1,5 +1,6 @@
 """Parity at scale: all 405 W2 features of a 40 k-event data set equal the online engine's,
-value by value (streamed, memory flat), and a seeded sample of whole card keys agrees too.
+value by value (streamed, memory flat; and by disjoint ranges of card keys, one online engine
+each), and a seeded sample of whole card keys agrees too.
 
 The benchmark runs the same checks on ``small`` (every value) and ``month`` (a sample of
 >= 100 k events); this test keeps them in ``make test`` at a size that fits CI."""
@@ -9,7 +10,7 @@ import pytest
 
 from pipeline.feature_sets import w2
 from pipeline.features import parse_definitions, point_in_time
-from pipeline.parity import compare_streams, sampled_parity
+from pipeline.parity import compare_streams, partitioned_parity, sampled_parity
 from pipeline.synthetic import generate
 
 EVENTS = 40_000
@@ -43,6 +44,15 @@ def test_sampled_card_keys_equal_the_online_engine(spark, features):
     report = sampled_parity(spark, str(events), str(out), w2(), SAMPLE_MIN, seed=3)
     assert SAMPLE_MIN <= report.events < EVENTS
     assert report.values == report.events * 405
+    assert report.mismatches == 0, report.examples
+
+
+@pytest.mark.slow
+def test_every_value_by_key_ranges_equals_the_online_engine(spark, features):
+    """Three disjoint ranges of card keys, one online engine each, cover every event once."""
+    events, out = features
+    report = partitioned_parity(spark, str(events), str(out), w2(), 3, seed=5)
+    assert report.events == EVENTS and report.values == EVENTS * 405
     assert report.mismatches == 0, report.examples
 
 
