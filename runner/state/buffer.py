@@ -37,7 +37,7 @@ handoff_rows_max = 16_384
 # shorter: a generation's fixed cost (~15-20 ms) over the few orders a low rate brings in a
 # few seconds is tens of µs per order (at 500 W3 orders/s the size bound comes first, ~6 s).
 handoff_log_ms_max = 30_000
-generations_in_flight_max = 64  # back-pressure: apply waits beyond this
+generations_in_flight_max = 16  # back-pressure: apply waits beyond this (~262,000 rows)
 
 RUN_FIELDS = ("run_id", "event_id", "event_type", "workflow_id", "version", "state", "node_id",
               "decision", "started_ts", "updated_ts", "offset_", "stored_offset", "event",
