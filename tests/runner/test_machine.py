@@ -475,6 +475,8 @@ def test_an_events_runs_are_inserted_and_a_resumed_run_replaces_its_row(machine)
     claim = {"run_id": run["run_id"], "node_id": "review", "user": "ann"}
     log.apply(entries.REVIEW_CLAIMED, claim)
     log.apply(entries.REVIEW_DECIDED, dict(claim, outcome="accept", override=False), ts=T0 + 10)
+    # the resumed run's rows wait in the buffer (no flush of their own), marked as replacing
+    assert machine._buffer.current.rows() > 0 and machine._buffer.current.replaces_runs
     machine.sync()
     rows = machine.con.execute("SELECT run_id, state, decision FROM runs ORDER BY event_id"
                                ).fetchall()
