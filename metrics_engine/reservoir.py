@@ -168,6 +168,8 @@ class StreamReservoir:
         self.open_first_pos = first_pos
         self.open_events: list = []
         self.open_blobs: list[bytes] = []
+        self.lazy_open = False  # the open chunk has None rows (set by the batched path)
+        self._closed_blobs: list[bytes] | None = None
         self.open_bytes = 0
         self.next_pos = first_pos
         self._durable_pos = first_pos
@@ -225,10 +227,14 @@ class StreamReservoir:
         meta = ChunkMeta(self.open_first_pos, len(self.open_events))
         self.pending[k] = self.open_events
         self.chunks.append(meta)
-        payload = b"[" + b",".join(self.open_blobs) + b"]"
-        if None in self.open_events:  # rows of a batch: decoded when a reader asks
-            self._pending_json[k] = payload
+        payload: bytes | list[bytes] = self.open_blobs  # the writer joins them (one copy)
+        if self.lazy_open:  # rows of a batch: decoded when a reader asks
+            payload = self._pending_json[k] = b"[" + b",".join(self.open_blobs) + b"]"
+            self.lazy_open = False
         self.open_first_pos = self.next_pos
+        # The closed chunk's blobs are freed at the next trim (the next event), not now: a
+        # chunk's bookkeeping is spread over two events.
+        self._closed_blobs = self.open_blobs
         self.open_events, self.open_blobs, self.open_bytes = [], [], 0
         if self.writer is not None and self.directory is not None:
             self.writer.check()
@@ -236,6 +242,7 @@ class StreamReservoir:
 
     def trim(self, floor: int) -> None:
         """Forget closed chunks ending at or before ``floor``; their segments go later."""
+        self._closed_blobs = None
         self._drain()
         n = 0
         chunks = self.chunks
@@ -275,8 +282,9 @@ class StreamReservoir:
     def chunk(self, k: int) -> list:
         """The events of chunk number ``k`` as a list of (ts, event)."""
         if k == self.open_no:
-            if None in self.open_events:
+            if self.lazy_open:
                 _fill(self.open_events, b"[" + b",".join(self.open_blobs) + b"]")
+                self.lazy_open = False
             return self.open_events
         self._drain()
         events = self.pending.get(k)

@@ -268,6 +268,8 @@ pub struct StreamCore {
     scratch: (Vec<Val>, Vec<u8>, Vec<usize>, Vec<i64>),
     /// The plan's predicates lowered natively (and the fields they read), when all could be.
     npreds: Option<(Vec<Node>, Vec<String>)>,
+    /// A chunk closed at the last event; the reservoir is trimmed at the next one.
+    trim_due: bool,
     template: Option<(Py<PyDict>, bool)>,
 }
 
@@ -460,6 +462,7 @@ impl StreamCore {
             res.getattr(intern!(py, "open_blobs"))?.downcast_into::<PyList>()?
                 .append(PyBytes::new(py, &b.piece))?;
             b.piece.clear();
+            res.setattr(intern!(py, "lazy_open"), true)?;
         }
         res.setattr(intern!(py, "open_bytes"), b.open_bytes)?;
         res.setattr(intern!(py, "next_pos"), b.next_pos)?;
@@ -680,6 +683,16 @@ impl StreamCore {
     /// cursors.
     fn take(&mut self, py: Python<'_>, event: &Bound<'_, PyAny>, ts: i64) -> PyResult<()> {
         let res = self.res.bind(py).clone();
+        if self.trim_due {
+            // The chunk closed at the last event: trimming now spreads a chunk's bookkeeping
+            // over two events (each under the per-event latency bound).
+            self.trim_due = false;
+            let floor = self.floor_pos(py)?;
+            res.call_method1(pyo3::intern!(py, "trim"), (floor,))?;
+            let base: i64 = res.getattr(pyo3::intern!(py, "chunk_base"))?.extract()?;
+            self.lowered.retain(|k, _| *k >= base);
+            self.chunk_map.trim(base);
+        }
         let chunks = self.chunks.bind(py).len();
         // First (the append's Python calls give the misses time to resolve): the heads'
         // next rows are older than this event, so no bound on their end is needed yet.
@@ -704,11 +717,7 @@ impl StreamCore {
             }
         }
         if self.chunks.bind(py).len() != chunks {
-            let floor = self.floor_pos(py)?;
-            res.call_method1("trim", (floor,))?;
-            let base: i64 = res.getattr("chunk_base")?.extract()?;
-            self.lowered.retain(|k, _| *k >= base);
-            self.chunk_map.trim(base);
+            self.trim_due = true;
         }
         Ok(())
     }
@@ -920,7 +929,7 @@ impl StreamCore {
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
             chunk_map: Chunks::default(), batch: None, scratch: Default::default(), npreds: None,
-            template: None,
+            trim_due: false, template: None,
         })
     }
 

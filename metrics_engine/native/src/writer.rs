@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList};
 use rustc_hash::FxHashMap;
 
 const MAGIC: &[u8; 4] = b"RFC1";
@@ -133,6 +134,7 @@ impl Shared {
                     if let Err(e) = self.chunk(&mut comp, fsync, sid, k, first, count, &payload) {
                         *self.error.lock().unwrap() = Some(e.to_string());
                     }
+
                 }
                 Op::Trim { sid, floor } => self.trim(sid, floor),
                 Op::Barrier { roll, done } => {
@@ -198,10 +200,28 @@ impl NativeWriter {
         streams.len() - 1
     }
 
-    /// Queue closed chunk `k` (its JSON array `payload`) of stream `sid`.
-    fn chunk(&self, py: Python<'_>, sid: usize, k: i64, first: u64, count: u32, payload: &[u8])
-             -> PyResult<()> {
-        self.send(py, Op::Chunk { sid, k, first, count, payload: payload.to_vec() })
+    /// Queue closed chunk `k` of stream `sid`: `payload` is its JSON array (bytes), or the
+    /// list of its events' JSON (bytes each), joined here into the array in one copy.
+    fn chunk(&self, py: Python<'_>, sid: usize, k: i64, first: u64, count: u32,
+             payload: &Bound<'_, PyAny>) -> PyResult<()> {
+        let payload = if let Ok(parts) = payload.downcast::<PyList>() {
+            let parts = parts.iter().map(|p| p.downcast_into::<PyBytes>())
+                .collect::<Result<Vec<_>, _>>()?;
+            let size: usize = parts.iter().map(|p| p.as_bytes().len() + 1).sum::<usize>() + 2;
+            let mut out = Vec::with_capacity(size);
+            out.push(b'[');
+            for (i, p) in parts.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(p.as_bytes());
+            }
+            out.push(b']');
+            out
+        } else {
+            payload.downcast::<PyBytes>()?.as_bytes().to_vec()
+        };
+        self.send(py, Op::Chunk { sid, k, first, count, payload })
     }
 
     /// Delete the segments of stream `sid` that end at or before `floor` (once every chunk
