@@ -471,6 +471,22 @@ impl Spare {
 /// Bucket `bk`'s partials enter (`sign` 1) or leave (-1) the window states `states`.
 fn absorb_into(states: &mut [Option<State>], kinds: &[Kind], bk: &Bucket, sign: i64,
                spare: &mut Spare) {
+    if bk.is_raw() && bk.raw.len() == spare.stride {
+        // One raw event: its partial folded in is the event added as one at position
+        // `bucket` (what `State::absorb` does with a bucket's best, first or last value), at
+        // its ts (COUNT's last time), so no partial is made.
+        let (ts, _) = raw_unpack(&bk.raw[0]);
+        let pos = bk.idx as u64;
+        for (i, st) in states.iter_mut().enumerate() {
+            let v = &bk.raw[1 + spare.cols[i]];
+            if sign > 0 {
+                st.get_or_insert_with(|| State::new(kinds[i])).add(v, ts, pos);
+            } else if let Some(st) = st.as_mut() {
+                st.remove(v, ts, pos);
+            }
+        }
+        return;
+    }
     let parts: &[Option<State>] =
         if bk.is_raw() { spare.scratch_of(kinds, &bk.raw) } else { &bk.parts };
     for (i, p) in parts.iter().enumerate() {
