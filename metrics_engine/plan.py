@@ -253,6 +253,7 @@ class StreamPlan:
     def __init__(self, name: str, res: StreamReservoir):
         self.name, self.res = name, res
         self.core = StreamCore(res, MetricInputError, InvariantViolation)
+        res.hand_off = self.core.hand_off
         self.cursors: dict[tuple, Cursor] = {}
         self.windows: dict[WindowSpec, WindowNode] = {}
         self.order: list[Cursor] = []

@@ -32,7 +32,7 @@ import shutil
 import struct
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,9 @@ class StreamReservoir:
         self.open_blobs: list[bytes] = []
         self.lazy_open = False  # the open chunk has None rows (set by the batched path)
         self._closed_blobs: list[bytes] | None = None
+        # The native core keeps the JSON of the open chunk's events it appended and gives it
+        # to ``open_blobs`` when asked (``StreamCore.hand_off``; set by plan.py).
+        self.hand_off: Callable[[], None] | None = None
         self.open_bytes = 0
         self.next_pos = first_pos
         self._durable_pos = first_pos
@@ -220,16 +223,22 @@ class StreamReservoir:
             self.close_open()
         return pos
 
-    def close_open(self) -> None:
+    def close_open(self, json: bytes | None = None, native: bool = False) -> tuple | None:
+        """Close the open chunk. ``native``: the core built the chunk's JSON array and hands it
+        to the writer itself (``json`` is a copy, given when the chunk holds rows left as
+        None): returns (writer stream id, chunk number, first position, count) when the chunk
+        goes to disk."""
         if not self.open_events:
-            return
+            return None
         k = self.open_no
         meta = ChunkMeta(self.open_first_pos, len(self.open_events))
         self.pending[k] = self.open_events
         self.chunks.append(meta)
         payload: bytes | list[bytes] = self.open_blobs  # the writer joins them (one copy)
         if self.lazy_open:  # rows of a batch: decoded when a reader asks
-            payload = self._pending_json[k] = b"[" + b",".join(self.open_blobs) + b"]"
+            if json is None:
+                json = b"[" + b",".join(self.open_blobs) + b"]"
+            payload = self._pending_json[k] = json
             self.lazy_open = False
         self.open_first_pos = self.next_pos
         # The closed chunk's blobs are freed at the next trim (the next event), not now: a
@@ -238,7 +247,10 @@ class StreamReservoir:
         self.open_events, self.open_blobs, self.open_bytes = [], [], 0
         if self.writer is not None and self.directory is not None:
             self.writer.check()
+            if native:
+                return self._writer_id(), k, meta.first_pos, meta.count
             self.writer.native.chunk(self._writer_id(), k, meta.first_pos, meta.count, payload)
+        return None
 
     def trim(self, floor: int) -> None:
         """Forget closed chunks ending at or before ``floor``; their segments go later."""
@@ -337,6 +349,8 @@ class StreamReservoir:
     # -- persistence ---------------------------------------------------------------------
     def open_chunk_state(self) -> dict:
         """The open chunk, for a clean close or a snapshot (it is not on disk yet)."""
+        if self.hand_off is not None:
+            self.hand_off()  # the JSON of the events the native core appended
         return {"first_pos": self.open_first_pos,
                 "events": b"[" + b",".join(self.open_blobs) + b"]"}
 

@@ -270,6 +270,9 @@ pub struct StreamCore {
     npreds: Option<(Vec<Node>, Vec<String>)>,
     /// A chunk closed at the last event; the reservoir is trimmed at the next one.
     trim_due: bool,
+    /// `[` and the JSON of the open chunk's rows this core appended, comma-joined, not yet
+    /// handed to the reservoir: a closing chunk's payload, moved to the writer whole.
+    ojson: Vec<u8>,
     template: Option<(Py<PyDict>, bool)>,
 }
 
@@ -282,7 +285,7 @@ struct Batch {
     first: u64,
     open_bytes: i64,
     last_ts: Option<i64>,
-    piece: Vec<u8>,
+    lazy: bool, // rows appended as None since the last write-back
     events: Py<PyList>,
 }
 
@@ -390,8 +393,7 @@ impl StreamCore {
         let idx = (pos - first) as usize;
         let item = PyTuple::new(py, [ts.into_pyobject(py)?.into_any(), event.clone()])?;
         res.getattr(intern!(py, "open_events"))?.downcast_into::<PyList>()?.append(item)?;
-        res.getattr(intern!(py, "open_blobs"))?.downcast_into::<PyList>()?
-            .append(PyBytes::new(py, &self.blob))?;
+        self.push_json();
         let open_bytes: i64 = res.getattr(intern!(py, "open_bytes"))?.extract::<i64>()?
             + self.blob.len() as i64 + 1;
         res.setattr(intern!(py, "open_bytes"), open_bytes)?;
@@ -408,7 +410,7 @@ impl StreamCore {
         self.chunk_map.open = Some((k, first));
         self.chunk_map.next_pos = pos + 1;
         if open_bytes >= self.chunk_bytes_target {
-            res.call_method0(intern!(py, "close_open"))?;
+            self.close_chunk(py, res)?;
             self.chunk_map.closed(k, first, idx + 1);
             self.chunk_map.open = Some((k + 1, pos + 1));
         }
@@ -425,10 +427,8 @@ impl StreamCore {
         let pos = b.next_pos;
         let idx = (pos - first) as usize;
         b.events.bind(py).append(py.None())?;
-        if !b.piece.is_empty() {
-            b.piece.push(b',');
-        }
-        b.piece.extend_from_slice(&self.blob);
+        b.lazy = true;
+        self.push_json();
         b.open_bytes += self.blob.len() as i64 + 1;
         b.next_pos = pos + 1;
         b.last_ts = Some(ts);
@@ -444,7 +444,7 @@ impl StreamCore {
         let close = b.open_bytes >= self.chunk_bytes_target;
         let r = if close { Self::write_back(py, res, &mut b) } else { Ok(()) };
         if close && r.is_ok() {
-            res.call_method0(pyo3::intern!(py, "close_open"))?;
+            self.close_chunk(py, res)?;
             self.chunk_map.closed(k, first, idx + 1);
             self.chunk_map.open = Some((k + 1, pos + 1));
             b.first = pos + 1;
@@ -455,14 +455,59 @@ impl StreamCore {
         r.map(|_| (pos, k, idx))
     }
 
-    /// Give the Python reservoir the batch's rows so far (their JSON, its counters).
+    /// The row's JSON (`self.blob`) joins the open chunk's JSON held here (`ojson`).
+    fn push_json(&mut self) {
+        if self.ojson.len() > 1 {
+            self.ojson.push(b',');
+        }
+        self.ojson.extend_from_slice(&self.blob);
+    }
+
+    /// Give the reservoir the open chunk's JSON held here, as one more piece of its
+    /// `open_blobs` (for a reader of the open chunk's JSON; see `hand_off`).
+    fn give_json(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.ojson.len() > 1 {
+            self.res.bind(py).getattr(pyo3::intern!(py, "open_blobs"))?.downcast_into::<PyList>()?
+                .append(PyBytes::new(py, &self.ojson[1..]))?;
+            self.ojson.truncate(1);
+        }
+        Ok(())
+    }
+
+    /// Close the open chunk. Its JSON array goes to the writer as this core built it (moved,
+    /// not copied), unless the reservoir holds pieces of it (events appended in Python at a
+    /// reopen, or handed to a reader): then the reservoir joins them as before.
+    fn close_chunk(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>) -> PyResult<()> {
+        use pyo3::intern;
+        let pieces = res.getattr(intern!(py, "open_blobs"))?.downcast_into::<PyList>()?.len();
+        if pieces > 0 {
+            self.give_json(py)?;
+            return res.call_method0(intern!(py, "close_open")).map(|_| ());
+        }
+        let mut payload = std::mem::replace(&mut self.ojson, vec![b'[']);
+        payload.push(b']');
+        self.ojson.reserve(payload.len());
+        let lazy = res.getattr(intern!(py, "lazy_open"))?.is_truthy()?;
+        let json = if lazy { PyBytes::new(py, &payload).into_any() } else { py.None().into_bound(py) };
+        // The reservoir's bookkeeping; it returns the writer's stream id and the chunk's place
+        // when the chunk goes to disk.
+        let to_write = res.call_method1(intern!(py, "close_open"), (json, true))?;
+        if !to_write.is_none() {
+            let (sid, k, first, count): (usize, i64, u64, u32) = to_write.extract()?;
+            let writer = res.getattr(intern!(py, "writer"))?.getattr(intern!(py, "native"))?;
+            let writer = writer.downcast::<crate::writer::NativeWriter>()?.borrow();
+            writer.submit(py, sid, k, first, count, payload)?;
+        }
+        Ok(())
+    }
+
+    /// Give the Python reservoir the batch's rows so far (their counters; the rows are None
+    /// in its open chunk until a reader decodes them from the JSON, `lazy_open`).
     fn write_back(py: Python<'_>, res: &Bound<'_, PyAny>, b: &mut Batch) -> PyResult<()> {
         use pyo3::intern;
-        if !b.piece.is_empty() {
-            res.getattr(intern!(py, "open_blobs"))?.downcast_into::<PyList>()?
-                .append(PyBytes::new(py, &b.piece))?;
-            b.piece.clear();
+        if b.lazy {
             res.setattr(intern!(py, "lazy_open"), true)?;
+            b.lazy = false;
         }
         res.setattr(intern!(py, "open_bytes"), b.open_bytes)?;
         res.setattr(intern!(py, "next_pos"), b.next_pos)?;
@@ -483,7 +528,7 @@ impl StreamCore {
             next_pos, first,
             open_bytes: res.getattr(intern!(py, "open_bytes"))?.extract()?,
             last_ts: res.getattr(intern!(py, "last_ts"))?.extract()?,
-            piece: Vec::with_capacity(2 * self.chunk_bytes_target.max(0) as usize),
+            lazy: false,
             events: res.getattr(intern!(py, "open_events"))?.downcast_into::<PyList>()?.unbind(),
         });
         Ok(())
@@ -626,15 +671,24 @@ impl StreamCore {
     /// Before a reader asks the reservoir for events mid-batch: it must hold every row so far
     /// (a chunk decodes its None rows from the JSON it holds).
     fn sync_batch(&mut self, py: Python<'_>) -> PyResult<()> {
-        match self.batch.as_mut() {
-            Some(b) => Self::write_back(py, self.res.bind(py), b),
-            None => Ok(()),
+        if let Some(b) = self.batch.as_mut() {
+            Self::write_back(py, self.res.bind(py), b)?;
         }
+        self.give_json(py)
     }
 
+    /// After a batch, the rows it left as None have their JSON in the reservoir (a reader
+    /// outside this core decodes them from there).
     fn end_batch(&mut self, py: Python<'_>) -> PyResult<()> {
         match self.batch.take() {
-            Some(mut b) => Self::write_back(py, self.res.bind(py), &mut b),
+            Some(mut b) => {
+                let lazy = b.lazy;
+                Self::write_back(py, self.res.bind(py), &mut b)?;
+                if lazy || self.res.bind(py).getattr(pyo3::intern!(py, "lazy_open"))?.is_truthy()? {
+                    self.give_json(py)?;
+                }
+                Ok(())
+            }
             None => Ok(()),
         }
     }
@@ -929,7 +983,7 @@ impl StreamCore {
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
             chunk_map: Chunks::default(), batch: None, scratch: Default::default(), npreds: None,
-            trim_due: false, template: None,
+            trim_due: false, ojson: vec![b'['], template: None,
         })
     }
 
@@ -1207,6 +1261,12 @@ impl StreamCore {
         let r = self.ingest_typed(py, names, cols, ts, npreds.as_ref());
         self.npreds = npreds;
         r
+    }
+
+    /// Give the reservoir the open chunk's JSON held here (it calls this before it reads
+    /// `open_blobs`: a clean close, a snapshot, decoding rows a batch left as None).
+    fn hand_off(&mut self, py: Python<'_>) -> PyResult<()> {
+        self.sync_batch(py)
     }
 
     /// Lower the plan's predicates (its expressions, in the order `set_plan` got their

@@ -161,6 +161,12 @@ pub struct NativeWriter {
 }
 
 impl NativeWriter {
+    /// Queue a closed chunk whose JSON array the caller built (see `StreamCore`).
+    pub fn submit(&self, py: Python<'_>, sid: usize, k: i64, first: u64, count: u32,
+                  payload: Vec<u8>) -> PyResult<()> {
+        self.send(py, Op::Chunk { sid, k, first, count, payload })
+    }
+
     fn send(&self, py: Python<'_>, op: Op) -> PyResult<()> {
         let tx = self.tx.as_ref()
             .ok_or_else(|| pyo3::exceptions::PyRuntimeError::new_err("the writer stopped"))?;
