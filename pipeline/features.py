@@ -34,11 +34,11 @@ from pipeline.partitioned import check_log_order, map_in_log_order
 STREAM_COLUMN = "stream"
 metrics_per_job_max = 5_000
 # Events one engine takes at most. Its state grows with them while the longest window holds
-# them: W2 over month keeps ~25 KB of native state per event (scenario 2 meets a new key of
+# them: W2 over month keeps ~17 KB of native state per event (scenario 2 meets a new key of
 # card x attribute at most events, and the 392-day windows keep every key and daily bucket;
-# engine_feed on a 16th of month's cards, 8 days), besides the memory-only reservoir's ~0.2 KB.
-# 150 k per partition (~4 GiB) fits one core's share of a 24 GiB machine (see
-# pipeline.session); month then runs in ~100 partitions.
+# bench/w2_days.py, a 128th of month's cards: 1.97 GB RSS for 117 k events), besides the
+# memory-only reservoir's ~0.2 KB. 150 k per partition (~2.5 GiB) fits one core's share of a
+# 24 GiB machine (see pipeline.session) with room; month then runs in 100 partitions.
 events_per_partition_max = 150_000
 
 _DOUBLE_FUNCS = {"avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop", "skewness", "ratio"}
