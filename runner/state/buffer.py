@@ -63,7 +63,9 @@ class _Generation:
     seen: dict[str, tuple] = field(default_factory=dict)  # event id -> events_seen row
     seen_expired: list[str] = field(default_factory=list)  # ids past the dedup retention
     decisions: dict[str, tuple] = field(default_factory=dict)
-    tasks: list[tuple] = field(default_factory=list)  # app_tasks rows (INSERT OR REPLACE)
+    # app_tasks rows (INSERT OR REPLACE) by (run id, node id): the latest wins, since one
+    # statement may not replace the same row twice (a task opened and closed in one generation)
+    tasks: dict[tuple[str, str], tuple] = field(default_factory=dict)
     outbox: list[tuple] = field(default_factory=list)  # outbox rows (INSERT OR IGNORE)
     stored: dict[str, int] = field(default_factory=dict)  # run id -> offset confirmed stored
     outbox_done: list[str] = field(default_factory=list)
@@ -75,11 +77,17 @@ class _Generation:
     # bookkeeping of retention (runner.state.retention), never written to DuckDB.
     runs_evicted: list[tuple[str, int, int]] = field(default_factory=list)
     finished: list[tuple[int, int, str, str]] = field(default_factory=list)
+    # Stage only: the run dicts an entry left (run id -> run), which the state machine keeps
+    # while they wait for an app or a reviewer (its hot state of live runs); never written.
+    live: dict[str, dict] = field(default_factory=dict)
+    # The runs whose row (and decision) here may replace one an earlier generation wrote: a
+    # run a later entry resumed. An event's runs are new (a run id holds the entry's offset),
+    # and a plain INSERT, cheaper per row, writes them; only these go by INSERT OR REPLACE.
+    replaced: set[str] = field(default_factory=set)
 
-    # Whether a run row or decision here may replace one DuckDB already holds: only the runs
-    # of an event entry are staged without it (new runs: a run id holds the entry's offset),
-    # and then a plain INSERT, cheaper per row, writes them.
-    replaces_runs = False
+    @property
+    def replaces_runs(self) -> bool:
+        return bool(self.replaced)
 
     def rows(self) -> int:
         return (len(self.runs) + len(self.steps) + len(self.seen) + len(self.seen_expired)
@@ -125,13 +133,14 @@ class RowBuffer:
         Under the lock: a reader's ``sync`` hands off whole entries only."""
         with self._lock:  # most of a stage is empty: only what it holds is touched
             gen = self.current
-            if not runs_are_new and (stage.runs or stage.decisions):
-                gen.replaces_runs = True
             if stage.runs:
                 views = stage.views
                 for run_id, row in stage.runs.items():
                     if run_id not in gen.runs:
-                        gen.event_runs.setdefault(row[1], []).append(run_id)
+                        if runs_are_new:  # all the runs of an event, in one generation
+                            gen.event_runs.setdefault(row[1], []).append(run_id)
+                        else:  # written by an earlier generation
+                            gen.replaced.add(run_id)
                     gen.runs[run_id] = row
                     gen.views[run_id] = views[run_id]
             if stage.steps:
@@ -144,7 +153,7 @@ class RowBuffer:
             if stage.decisions:
                 gen.decisions.update(stage.decisions)
             if stage.tasks:
-                gen.tasks += stage.tasks
+                gen.tasks.update(stage.tasks)
             if stage.outbox:
                 gen.outbox += stage.outbox
             for run_id, offset in stage.stored.items():
@@ -219,11 +228,15 @@ class RowBuffer:
         return None
 
     def views_of_event(self, event_id: str) -> list[dict] | None:
+        """The newest views of an event's runs while the generation of the event is pending
+        (a run resumed since has a newer view in a later generation)."""
         with self._lock:
-            for gen in (self.current, *reversed(self._in_flight)):
+            gens = (self.current, *reversed(self._in_flight))  # newest first
+            for at, gen in enumerate(gens):
                 ids = gen.event_runs.get(event_id)
                 if ids is not None:
-                    return [gen.views[r] for r in sorted(ids)]
+                    return [next(g.views[r] for g in gens[:at + 1] if r in g.views)
+                            for r in sorted(ids)]
         return None
 
     # ---------------------------------------------------------------- flusher thread
@@ -253,11 +266,11 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
             cur.execute("DELETE FROM events_seen WHERE event_id IN (SELECT event_id FROM _rows)")
             cur.unregister("_rows")
         _insert(cur, "events_seen", SEEN_FIELDS, list(gen.seen.values()), "INSERT")
-        runs_verb = "INSERT OR REPLACE" if gen.replaces_runs else "INSERT"
-        _insert(cur, "runs", RUN_FIELDS, list(gen.runs.values()), runs_verb, RUN_JSON_COLUMNS)
+        for verb, runs, decisions in _by_verb(gen):
+            _insert(cur, "runs", RUN_FIELDS, runs, verb, RUN_JSON_COLUMNS)
+            _insert(cur, "decisions", DECISION_FIELDS, decisions, verb)
         _insert(cur, "steps", STEP_FIELDS, gen.steps, "INSERT", STEP_JSON_COLUMNS)
-        _insert(cur, "decisions", DECISION_FIELDS, list(gen.decisions.values()), runs_verb)
-        _insert(cur, "app_tasks", TASK_FIELDS, gen.tasks, "INSERT OR REPLACE")
+        _insert(cur, "app_tasks", TASK_FIELDS, list(gen.tasks.values()), "INSERT OR REPLACE")
         _insert(cur, "outbox", OUTBOX_FIELDS, gen.outbox, "INSERT OR IGNORE")
         if gen.stored:
             # A confirmation names the offset of a version apply wrote, so the run's offset_ is
@@ -280,6 +293,21 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
     except BaseException:
         cur.execute("ROLLBACK")
         raise
+
+
+def _by_verb(gen: _Generation) -> list[tuple[str, list[tuple], list[tuple]]]:
+    """The run rows and decisions to write, split into new ones (a plain INSERT) and those of
+    resumed runs (INSERT OR REPLACE); the two sets of run ids are disjoint."""
+    replaced = gen.replaced
+    if not replaced:
+        return [("INSERT", list(gen.runs.values()), list(gen.decisions.values()))]
+    out = []
+    for verb, again in (("INSERT", False), ("INSERT OR REPLACE", True)):
+        runs = [row for run_id, row in gen.runs.items() if (run_id in replaced) is again]
+        decisions = [row for run_id, row in gen.decisions.items()
+                     if (run_id in replaced) is again]
+        out.append((verb, runs, decisions))
+    return out
 
 
 def _evict(cur: duckdb.DuckDBPyConnection, runs: list[tuple[str, int, int]]) -> None:

@@ -1,9 +1,14 @@
 """``RunnerStateMachine``: the DuckDB state and ``apply`` for every entry kind.
 
-Each apply runs in one DuckDB transaction; a request that cannot be applied (unknown
-workflow, bad metric text, ...) rolls back and returns ``Reply(ok=False, field=...)`` instead
-of raising, identically on every node. Reads for the API go through ``reader()`` cursors,
-which see committed state only and may run on other threads.
+The hot kinds (an order, a run-store confirmation, an app's answer, a tick, a review's claim
+or decision) are applied from plain structures the apply thread owns (dedup, the live runs
+waiting for outside work, their pending tasks, timers); each entry's rows are staged and join
+the write-behind buffer only once it applied. Every other kind (workflows, metrics, a new
+leader) flushes the buffer and runs in one DuckDB transaction. A request that cannot be
+applied (unknown workflow, bad metric text, ...) changes nothing and returns
+``Reply(ok=False, field=...)`` instead of raising, identically on every node. Reads for the
+API go through ``reader()`` cursors, which see committed state only and may run on other
+threads, after ``sync`` when they need the newest rows.
 """
 
 from __future__ import annotations
@@ -43,9 +48,15 @@ event_bytes_max = 64 * 1024
 DEDUP_RETENTION_MS_DEFAULT = 3_600_000
 seen_expired_per_entry_max = 64  # ids forgotten per event: more than arrive, so it keeps up
 DUCKDB_CHECKPOINT_THRESHOLD = "128MB"
-# Kinds applied without touching DuckDB (their rows go to the write-behind buffer).
-HOT_KINDS = frozenset({entries.EVENT_RECEIVED, entries.EFFECTS_DONE})
+# Kinds applied from the hot state without touching DuckDB (their rows go to the write-behind
+# buffer). An app answer, a review or a tick reads DuckDB only for a task already closed (a
+# late or second answer): then it flushes first.
+HOT_KINDS = frozenset({entries.EVENT_RECEIVED, entries.EFFECTS_DONE, entries.APP_COMPLETED,
+                       entries.TICK, entries.REVIEW_CLAIMED, entries.REVIEW_DECIDED})
 STREAM_OF_TYPE = {"order": "payments"}  # event type -> metric stream (default: the type)
+TASK_COLUMNS = ("run_id, node_id, kind, queue, status, deadline_ts, created_ts, claimed_by, "
+                "outcome")  # the order of buffer.TASK_FIELDS
+STATUS, CLAIMED_BY, OUTCOME = 4, 7, 8  # in an app_tasks row
 RUN_COLUMNS = ("run_id, event_id, event_type, workflow_id, version, state, node_id, decision, "
                "started_ts, updated_ts, offset_, stored_offset, event, metrics, scores, apps, "
                "waiting_for")
@@ -87,6 +98,10 @@ class RunnerStateMachine:
         self._stage = Stage()
         self._timers: dict[tuple[str, str], int] = {}  # pending task -> its deadline
         self._timer_heap: list[tuple[int, str, str]] = []  # (deadline, run, node), lazily pruned
+        # The hot state of runs waiting for outside work: run id -> the run (never changed in
+        # place: a resumed run is a copy), and each pending task's app_tasks row.
+        self._live: dict[str, dict] = {}
+        self._tasks: dict[tuple[str, str], tuple] = {}
         self.rejections = rejections.RejectionLog()
         self._handlers = {
             entries.EVENT_RECEIVED: self._event_received,
@@ -153,6 +168,20 @@ class RunnerStateMachine:
             self._seen_order.append((ts, event_id))
         if stage.timers:
             self._set_timers(stage.timers)
+        for key, row in stage.tasks.items():
+            if row[STATUS] == "pending":
+                self._tasks[key] = row
+            else:
+                self._tasks.pop(key, None)
+        for run_id, run in stage.live.items():
+            if run["state"] == "decided":
+                self._live.pop(run_id, None)
+            else:
+                self._live[run_id] = run
+        for run_id, offset in stage.stored.items():  # what the flush's UPDATE does to the row
+            run = self._live.get(run_id)
+            if run is not None and offset > run["stored_offset"]:
+                self._live[run_id] = {**run, "stored_offset": offset}
         self.finished.commit(stage)
         self._buffer.absorb(stage, runs_are_new)
 
@@ -219,6 +248,20 @@ class RunnerStateMachine:
         self._set_timers(self.con.execute(
             "SELECT run_id, node_id, deadline_ts FROM app_tasks WHERE status = 'pending' "
             "AND deadline_ts IS NOT NULL ORDER BY run_id, node_id").fetchall())
+        self._tasks = {(row[0], row[1]): row for row in self.con.execute(
+            f"SELECT {TASK_COLUMNS} FROM app_tasks WHERE status = 'pending' "
+            "ORDER BY run_id, node_id").fetchall()}
+        self._live = {}
+        for row in self.con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE state <> 'decided' "
+                                    "ORDER BY run_id").fetchall():
+            run = run_dict(row)
+            run["path"] = []
+            self._live[run["run_id"]] = run
+        for run_id, trace in self.con.execute(
+                "SELECT run_id, trace FROM steps WHERE run_id IN "
+                "(SELECT run_id FROM runs WHERE state <> 'decided') ORDER BY run_id, seq"
+                ).fetchall():
+            self._live[run_id]["path"].append(orjson.loads(trace))
         self._has_metrics = bool(self._known_metrics())
         self.finished.rebuild(self.con)
 
@@ -347,8 +390,8 @@ class RunnerStateMachine:
         deadline = entry.ts + info.timeout_ms
         self._stage.timers.append((run["run_id"], node, deadline))
         kind = "review" if info.kind == "review_queue" else "app"
-        self._stage.tasks.append(
-            (run["run_id"], node, kind, info.queue, "pending", deadline, entry.ts, None, None))
+        self._stage.tasks[(run["run_id"], node)] = (
+            run["run_id"], node, kind, info.queue, "pending", deadline, entry.ts, None, None)
         if kind == "review":
             return EnqueueReview(run["run_id"], node, info.queue or "default")
         return self._call_app_effect(run, node, info)
@@ -375,32 +418,29 @@ class RunnerStateMachine:
         run_id, node, result = p["run_id"], p["node_id"], p.get("result") or {}
         if not isinstance(result, dict):
             raise Rejected("result", "must be an object")
-        task = self.con.execute(
-            "SELECT status, kind FROM app_tasks WHERE run_id = ? AND node_id = ?",
-            [run_id, node]).fetchone()
+        task = self._task(run_id, node)
         if task is None:
             raise Rejected("node_id", f"run {run_id} has no app task at node {node}", 404)
-        if task[1] == "review":  # an app answers its own node only; reviewers use the review API
+        if task[2] == "review":  # an app answers its own node only; reviewers use the review API
             raise Rejected("node_id", f"node {node} is a review: only the review API decides it",
                            403)
-        return self._complete_task(entry, run_id, node, result, task[0])
+        return self._complete_task(entry, task, result)
 
     def _review_decided(self, entry: Any, p: dict) -> list[Any]:
         """A reviewer's outcome, checked here (not only in the API) so that every replica
         accepts exactly the decisions of the user who holds the claim (or a manager's)."""
         run_id, node, user = p["run_id"], p["node_id"], p["user"]
         outcome, override = p["outcome"], bool(p.get("override"))
-        task = self.con.execute(
-            "SELECT status, kind, claimed_by FROM app_tasks WHERE run_id = ? AND node_id = ?",
-            [run_id, node]).fetchone()
-        if task is None or task[1] != "review":
+        task = self._task(run_id, node)
+        if task is None or task[2] != "review":
             raise Rejected("run_id", f"no review task for run {run_id} at node {node}", 404)
-        if task[0] != "pending":
-            raise Rejected("run_id", f"the review task is {task[0]}", 409)
-        if task[2] != user and not override:
-            holder = f"claimed by {task[2]}" if task[2] else "not claimed: claim it first"
-            raise Rejected("run_id", holder, 409)
-        run = self._load_run(run_id)
+        if task[STATUS] != "pending":
+            raise Rejected("run_id", f"the review task is {task[STATUS]}", 409)
+        holder = task[CLAIMED_BY]
+        if holder != user and not override:
+            raise Rejected("run_id", f"claimed by {holder}" if holder
+                           else "not claimed: claim it first", 409)
+        run = self._live_run(run_id)
         info = flows.outside(self._compiled(run["workflow_id"], run["version"]), node)
         allowed = list(info.outcomes) if info is not None else []
         if outcome not in allowed:
@@ -408,22 +448,45 @@ class RunnerStateMachine:
         reason = p.get("reason")
         answer = {"outcome": outcome, "reviewer": user,
                   **({"reason": reason} if isinstance(reason, str) and reason else {})}
-        return self._complete_task(entry, run_id, node, answer, task[0])
+        return self._complete_task(entry, task, answer)
 
-    def _complete_task(self, entry: Any, run_id: str, node: str, result: dict,
-                       status: str) -> list[Any]:
+    def _complete_task(self, entry: Any, task: tuple, result: dict) -> list[Any]:
+        run_id, node, status = task[0], task[1], task[STATUS]
         if status != "pending":  # a late answer after a timeout or a second answer: ignored
-            run = self._load_run(run_id)
+            held = self._stage.live.get(run_id) or self._live.get(run_id)
+            if held is None:  # decided: only DuckDB holds it
+                self.flush()
+            run = held if held is not None else self._load_run(run_id)
             return [Reply(ok=True, runs=[run_view_of(run)], result={"ignored": status})]
         self._stage.timers.append((run_id, node, None))
-        self.con.execute("UPDATE app_tasks SET status = 'done', outcome = ? "
-                         "WHERE run_id = ? AND node_id = ?",
-                         [orjson.dumps(result).decode(), run_id, node])
+        self._stage.tasks[(run_id, node)] = (*task[:STATUS], "done", *task[STATUS + 1:OUTCOME],
+                                             orjson.dumps(result).decode())
         effects = self._resume(run_id, node, result, entry)
         return [Reply(ok=True, runs=[effects[0].run], result={"ignored": None}), *effects]
 
+    def _task(self, run_id: str, node: str) -> tuple | None:
+        """The app_tasks row of a task: a pending one from the hot state; a closed one (a late
+        or second answer, a review already decided) only DuckDB holds, so flush first."""
+        key = (run_id, node)
+        task = self._stage.tasks.get(key) or self._tasks.get(key)
+        if task is not None:
+            return task
+        self.flush()
+        return self.con.execute(f"SELECT {TASK_COLUMNS} FROM app_tasks "
+                                "WHERE run_id = ? AND node_id = ?", [run_id, node]).fetchone()
+
+    def _live_run(self, run_id: str) -> dict:
+        """A run waiting for outside work, as this entry so far left it (read only)."""
+        run = self._stage.live.get(run_id) or self._live.get(run_id)
+        if run is None:
+            raise Rejected("run_id", f"no run {run_id} waiting", 404)
+        return run
+
     def _resume(self, run_id: str, node: str, result: dict, entry: Any) -> list[Any]:
-        run = self._load_run(run_id)
+        held = self._live_run(run_id)
+        # A new version of the run: the held one is staged and may be read by other threads
+        run = {**held, "apps": dict(held["apps"]), "scores": dict(held["scores"]),
+               "path": list(held["path"])}
         compiled = self._compiled(run["workflow_id"], run["version"])
         run["apps"][node] = result
         info = flows.outside(compiled, node)
@@ -441,19 +504,34 @@ class RunnerStateMachine:
         return out + effects
 
     def _tick(self, entry: Any, p: dict) -> list[Any]:
-        due = self.con.execute(
-            "SELECT run_id, node_id FROM app_tasks WHERE status = 'pending' "
-            "AND deadline_ts IS NOT NULL AND deadline_ts <= ? "
-            "ORDER BY deadline_ts, run_id, node_id LIMIT ?",
-            [entry.ts, expired_per_tick_max]).fetchall()
+        due = self._due(entry.ts, expired_per_tick_max)
         effects: list[Any] = []
         for run_id, node in due:
+            task = self._tasks[(run_id, node)]
             self._stage.timers.append((run_id, node, None))
-            self.con.execute("UPDATE app_tasks SET status = 'expired' "
-                             "WHERE run_id = ? AND node_id = ?", [run_id, node])
+            self._stage.tasks[(run_id, node)] = (*task[:STATUS], "expired", *task[STATUS + 1:])
             effects += self._resume(run_id, node, {"timed_out": True}, entry)
         self.finished.select(self._stage, entry.ts, self._seen)
         return [Reply(ok=True, result={"expired": len(due)}), *effects]
+
+    def _due(self, ts: int, limit: int) -> list[tuple[str, str]]:
+        """The pending tasks whose deadline is at or before ``ts``, by (deadline, run, node),
+        at most ``limit``: the heap's smallest entries, read in order without changing it (a
+        second heap of positions), skipping entries closed or moved since they were pushed."""
+        heap, timers = self._timer_heap, self._timers
+        due: list[tuple[str, str]] = []
+        frontier = [(heap[0], 0)] if heap else []
+        while frontier and len(due) < limit:
+            (deadline, run_id, node), at = heapq.heappop(frontier)
+            if deadline > ts:
+                break
+            key = (run_id, node)
+            if timers.get(key) == deadline and key not in due[-1:]:  # duplicates are adjacent
+                due.append(key)
+            for child in (2 * at + 1, 2 * at + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+        return due
 
     def _review_claimed(self, entry: Any, p: dict) -> list[Any]:
         """Claim a review task (for ``ttl_ms`` of log time, if given), or release it.
@@ -461,29 +539,25 @@ class RunnerStateMachine:
         While pending, the task's ``outcome`` holds the claim's times; a claim past its expiry
         may be taken over by anyone."""
         run_id, node, user = p["run_id"], p["node_id"], p["user"]
-        task = self.con.execute(
-            "SELECT status, kind, claimed_by, outcome FROM app_tasks "
-            "WHERE run_id = ? AND node_id = ?", [run_id, node]).fetchone()
-        if task is None or task[1] != "review":
+        task = self._task(run_id, node)
+        if task is None or task[2] != "review":
             raise Rejected("run_id", "no review task for this run and node", 404)
-        if task[0] != "pending":
-            raise Rejected("run_id", f"the review task is {task[0]}", 409)
-        claim = orjson.loads(task[3]) if task[3] else {}
+        if task[STATUS] != "pending":
+            raise Rejected("run_id", f"the review task is {task[STATUS]}", 409)
+        holder = task[CLAIMED_BY]
+        claim = orjson.loads(task[OUTCOME]) if task[OUTCOME] else {}
         expires = claim.get("claim_expires_ts")
         expired = expires is not None and entry.ts >= expires
-        if task[2] not in (None, user) and not expired and not p.get("override"):
-            raise Rejected("run_id", f"already claimed by {task[2]}", 409)
+        if holder not in (None, user) and not expired and not p.get("override"):
+            raise Rejected("run_id", f"already claimed by {holder}", 409)
         if p.get("release"):
-            self.con.execute("UPDATE app_tasks SET claimed_by = NULL, outcome = NULL "
-                             "WHERE run_id = ? AND node_id = ?", [run_id, node])
+            self._stage.tasks[(run_id, node)] = (*task[:CLAIMED_BY], None, None)
             return [Reply(ok=True, result={"claimed_by": None})]
         ttl = p.get("ttl_ms")
         claim = ({"claimed_ts": entry.ts, "claim_expires_ts": entry.ts + int(ttl)}
                  if isinstance(ttl, int) and ttl > 0 else None)
-        self.con.execute("UPDATE app_tasks SET claimed_by = ?, outcome = ? "
-                         "WHERE run_id = ? AND node_id = ?",
-                         [user, None if claim is None else orjson.dumps(claim).decode(),
-                          run_id, node])
+        self._stage.tasks[(run_id, node)] = (
+            *task[:CLAIMED_BY], user, None if claim is None else orjson.dumps(claim).decode())
         return [Reply(ok=True, result={"claimed_by": user})]
 
     def _effects_done(self, entry: Any, p: dict) -> list[Any]:
@@ -622,6 +696,7 @@ class RunnerStateMachine:
                                                                  version, None))
 
     def _save_run(self, run: dict, view: dict) -> None:
+        self._stage.live[run["run_id"]] = run  # held while it waits (``_commit_stage``)
         self._stage.put_run(
             (run["run_id"], run["event_id"], run["event_type"], run["workflow_id"],
              run["version"], run["state"], run["node_id"], run["decision"], run["started_ts"],
