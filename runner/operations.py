@@ -351,8 +351,10 @@ def app_secret(svc: Service, run_id: str, node_id: str) -> str:
 
 
 async def _review_task(svc: Service, run_id: str, node_id: str) -> dict:
-    await asyncio.to_thread(svc.sm.sync)  # a task just opened may still be in the row buffer
-    task = _read(svc, queries.review_task, run_id, node_id)
+    task = svc.sm.peek_task(run_id, node_id)  # a pending task: apply holds it
+    if task is None:  # closed or unknown: DuckDB, with every row applied so far
+        await asyncio.to_thread(svc.sm.sync)
+        task = _read(svc, queries.review_task, run_id, node_id)
     if task is None or task["kind"] != "review":
         raise NotFound("run_id", f"no review task for run {run_id} at node {node_id}")
     return task

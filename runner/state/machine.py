@@ -230,6 +230,16 @@ class RunnerStateMachine:
         """Run rows and step rows applied but not yet in DuckDB (any thread)."""
         return self._buffer.pending()
 
+    def peek_task(self, run_id: str, node_id: str) -> dict | None:
+        """A pending app or review task as ``queries.review_task`` shows it, from the hot
+        state (any thread; a closed task is only in DuckDB: None here)."""
+        task = self._tasks.get((run_id, node_id))
+        if task is None:
+            return None
+        claim = orjson.loads(task[OUTCOME]) if task[OUTCOME] else {}
+        return {"kind": task[2], "status": task[STATUS], "claimed_by": task[CLAIMED_BY],
+                "claim_expires_ts": claim.get("claim_expires_ts")}
+
     def peek_event(self, event_id: str) -> list[dict] | None:
         return self._buffer.views_of_event(event_id)
 

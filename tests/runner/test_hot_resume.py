@@ -7,7 +7,7 @@ while runs were waiting (its hot state rebuilt from DuckDB).
 
 from __future__ import annotations
 
-from runner.state import entries, schema
+from runner.state import entries, queries, schema
 from runner.state.effects import RunChanged
 from runner.state.machine import RunnerStateMachine
 from tests.runner.fakes import BruteForceW1Engine
@@ -166,9 +166,13 @@ def test_a_rejected_answer_leaves_the_hot_state_unchanged(tmp_path):
     assert not bad.ok and bad.field == "outcome"
     assert a._tasks[(run["run_id"], "review")][4] == "pending"
     assert a.digest() != before  # the claim only
+    a.sync()
+    held = a.peek_task(run["run_id"], "review")
+    assert held == queries.review_task(a.reader(), run["run_id"], "review")
+    assert held["status"] == "pending" and held["claimed_by"] == "ann"
     done = log.apply(entries.REVIEW_DECIDED, dict(task, outcome="accept"), ts=T0 + 40)
     assert next(e for e in done if isinstance(e, RunChanged)).run["decision"] == "approve"
-    assert not a._live and not a._tasks
+    assert not a._live and not a._tasks and a.peek_task(run["run_id"], "review") is None
     assert a.digest() == b.digest()
     for m in (a, b):
         m.close()
