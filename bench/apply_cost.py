@@ -12,6 +12,8 @@ how much of apply is the engine. No HTTP, no log I/O: ``bench/api_cost.py`` meas
     .venv/bin/python bench/apply_cost.py --quick      # a glance (noisy)
     .venv/bin/python bench/apply_cost.py --profile    # where the CPU goes (cProfile, top 25)
     .venv/bin/python bench/apply_cost.py --serving-gc # the collector as a serving node sets it
+    .venv/bin/python bench/apply_cost.py --app        # W3 scored by an outside app: each
+                                                      # order is followed by its AppCompleted
 
 Without ``--serving-gc`` the collector keeps CPython's defaults, as in every earlier figure of
 this bench; a node (``runner.gcpolicy``) collects far less often and freezes its startup heap,
@@ -39,12 +41,14 @@ from bench.harness import Report, spread  # noqa: E402
 from replog.entry import Entry  # noqa: E402
 from runner import gcpolicy, ids  # noqa: E402
 from runner.demo import W1_METRICS, OrderGenerator, w3_definition  # noqa: E402
+from runner.scoring import BUILTIN_DEMO, demo_score  # noqa: E402
 from runner.state import entries  # noqa: E402
 from runner.state.machine import RunnerStateMachine  # noqa: E402
 
 T0 = 1_700_000_000_000
 confirm_every_orders = 500  # the leader confirms stored runs in batches (one entry per batch)
 warmup_orders = 2_000
+APP = "demo_score"  # an outside app's name (--app): its answers are in the feed
 
 
 class Feed:
@@ -60,12 +64,14 @@ class Feed:
         self.offset += 1
 
 
-def build_feed(orders: int, seed: int) -> tuple[Feed, int, list[dict]]:
-    """Setup entries, warm-up orders, measured orders (with batched confirmations)."""
+def build_feed(orders: int, seed: int, app: bool = False) -> tuple[Feed, int, list[dict]]:
+    """Setup entries, warm-up orders, measured orders (with batched confirmations). With
+    ``app`` the score node calls an outside app, and each order's answer (the demo model's
+    score) follows it as an ``AppCompleted`` entry 5 ms of log time later."""
     feed = Feed()
     for text in W1_METRICS:
         feed.add(entries.METRIC_DEFINED, {"text": text}, T0)
-    definition = w3_definition()
+    definition = w3_definition(APP if app else BUILTIN_DEMO)
     feed.add(entries.WORKFLOW_PUBLISHED, {"workflow_id": definition["id"],
                                           "definition": definition}, T0)
     gen = OrderGenerator(seed=seed)
@@ -77,7 +83,13 @@ def build_feed(orders: int, seed: int) -> tuple[Feed, int, list[dict]]:
         ts = T0 + i * 20  # 50 orders/s of event time: windows fill and evict
         feed.add(entries.EVENT_RECEIVED, order, ts)
         offset = feed.offset - 1
-        pending.append([ids.run_id(order["event_id"], definition["id"], offset), offset])
+        run_id = ids.run_id(order["event_id"], definition["id"], offset)
+        if app:
+            feed.add(entries.APP_COMPLETED, {
+                "run_id": run_id, "node_id": "score",
+                "result": {"payment_abuse": float(demo_score(order["data"]))}}, ts + 5)
+            offset = feed.offset - 1  # the version the store gets once the run moved on
+        pending.append([run_id, offset])
         if len(pending) == confirm_every_orders:
             feed.add(entries.EFFECTS_DONE, {"stored": pending, "outbox": []}, ts)
             pending = []
@@ -153,13 +165,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--serving-gc", action="store_true",
                     help="the collector's thresholds and freeze of a serving node")
+    ap.add_argument("--app", action="store_true",
+                    help="W3 scored by an outside app: an AppCompleted after every order")
     args = ap.parse_args()
     if args.serving_gc:
         gcpolicy.for_serving()
     orders = args.orders or (5_000 if args.quick else 50_000)
     repeats = args.repeats or (1 if args.quick else 3)
-    report = Report("apply_cost", args.quick)
-    feed, measured_from, datas = build_feed(orders, args.seed)
+    report = Report("apply_cost_app" if args.app else "apply_cost", args.quick)
+    feed, measured_from, datas = build_feed(orders, args.seed, app=args.app)
     cpu, on_thread, wall, engine = [], [], [], []
     for _ in range(repeats):
         c, t, w, _ = run_apply(feed, measured_from, profile=False, serving_gc=args.serving_gc)
@@ -167,7 +181,8 @@ def main() -> None:
         on_thread.append(t)
         wall.append(w)
         engine.append(run_engine_alone(datas))
-    gc_note = ", serving gc" if args.serving_gc else ""
+    gc_note = (", serving gc" if args.serving_gc else "") + (
+        ", an app answer per order" if args.app else "")
     report.add(what=f"follower apply (decode+apply+flush{gc_note})", orders=orders,
                repeats=repeats,
                cpu_us_per_order=spread(cpu), wall_us_per_order=spread(wall))
