@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from graphlib import TopologicalSorter
 from typing import Any
@@ -253,7 +254,18 @@ class StreamPlan:
     def __init__(self, name: str, res: StreamReservoir):
         self.name, self.res = name, res
         self.core = StreamCore(res, MetricInputError, InvariantViolation)
-        res.hand_off = self.core.hand_off
+        # The reservoir reaches the core through a weak reference: the core holds the
+        # reservoir natively, where the collector cannot see it, so a bound method here made a
+        # cycle it could never free (every dropped plan kept its whole state: a features task
+        # per partition, a parity engine per key range).
+        plan = weakref.ref(self)
+
+        def hand_off() -> None:
+            sp = plan()
+            if sp is not None:
+                sp.core.hand_off()
+
+        res.hand_off = hand_off
         self.cursors: dict[tuple, Cursor] = {}
         self.windows: dict[WindowSpec, WindowNode] = {}
         self.order: list[Cursor] = []

@@ -150,3 +150,32 @@ def test_a_window_spanning_more_chunks_than_the_lowered_cache_evicts_exactly(tmp
             assert (got["s"], got["n"]) == (sum(a for _, a in held), len(held)), i
     finally:
         eng.close()
+
+
+def test_a_dropped_plan_frees_its_native_core_and_reservoir():
+    """The native core holds its reservoir where the cyclic collector cannot see it, so a
+    reservoir pointing back at the core (its hand-off) must not keep both alive: a plan
+    dropped (a features task per partition, a parity engine per key range) frees its state."""
+    import gc
+    import weakref
+
+    from metrics_engine.language import parse
+    from metrics_engine.plan import Plan
+    from metrics_engine.reservoir import StreamReservoir
+
+    made: list[StreamReservoir] = []
+
+    def reservoir(_stream: str) -> StreamReservoir:
+        made.append(StreamReservoir(None, None, None))
+        return made[-1]
+
+    plan = Plan(reservoir)
+    for d in parse("SELECT COUNT(*) AS n FROM payments GROUP BY card "
+                   "HOPPING 2 DAYS EVERY 1 DAY"):
+        plan.add(d)
+    for i in range(10):
+        plan.ingest("payments", {"card": f"c{i % 3}"}, 1_700_000_000_000 + i)
+    ref = weakref.ref(made.pop())
+    del plan
+    gc.collect()
+    assert ref() is None
