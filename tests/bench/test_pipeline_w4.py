@@ -75,3 +75,12 @@ def test_p5_on_a_smaller_data_set_is_not_measured():
            "parity": (0, SMALL), "parity_note": "every value"}
     w4.p5_target(report, False, run, None)
     assert report.targets["P5"]["met"] is False and report.targets["P5"]["value"] == 0.0
+
+
+def test_a_run_without_the_duckdb_peer_says_so():
+    report = Report("pipeline_w4", quick=False)
+    run = {"seconds": 3.0, "size": "month", "events": MONTH, "metrics": 405,
+           "parity": (0, 150_000), "parity_note": "sample", "duckdb_peer": False}
+    w4.p5_target(report, False, run, {"parity": EVERY, "size": "small",
+                                      "parity_note": "every value"})
+    assert "DuckDB peer was not run" in report.targets["P5"]["note"]
