@@ -177,20 +177,32 @@ class KafkaLog:
             # A fresh producer (new producer id) instead of failing every append from now on;
             # ordering across the two is safe: the appender sends one group at a time.
             self._fatal = None
-            self._producer = Producer(self._conf)
-        errors: list[str] = []
+            self._replace_producer()
+        errors: list[KafkaError] = []
 
         def on_delivery(err, _msg) -> None:
             if err is not None:
-                errors.append(str(err))
+                errors.append(err)
 
         for r in records:
             self._producer.produce(self.topic, r, partition=PARTITION, on_delivery=on_delivery)
         remaining = self._producer.flush(append_timeout_s)
+        timed_out = remaining or any(e.code() == KafkaError._MSG_TIMED_OUT for e in errors)
+        if timed_out:
+            # A producer that could not deliver for the whole timeout may be stuck re-acquiring
+            # its producer id from a restarted broker ("coordinator load in progress"); the
+            # next append starts a fresh one, as a new client would. The failed group is
+            # indeterminate either way, so dropping what the old one still holds is safe.
+            self._replace_producer()
         if remaining:
             raise AppendTimeout(f"{remaining} records not delivered in {append_timeout_s} s")
         if errors:
-            raise AppendFailed(errors[0])
+            raise AppendFailed(str(errors[0]))
+
+    def _replace_producer(self) -> None:
+        old, self._producer = self._producer, Producer(self._conf)
+        old.purge()
+        old.flush(0)
 
     def first_offset(self, timeout_s: float = 2.0) -> int:
         """The oldest offset the log still holds (retention moves it forward)."""

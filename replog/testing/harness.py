@@ -143,6 +143,21 @@ class NodeProcesses:
                 p.wait()
         self.http.close()
 
+    def diagnostics(self, lines_max: int = 40) -> str:
+        """Each node's status and the end of its log without the reconnect noise of a broker
+        that is down: what a failed fault test prints so a failure on CI can be read."""
+        parts = []
+        for name in self.procs:
+            parts.append(f"--- {name}: status {self.status(name)}")
+            try:
+                with open(os.path.join(self.log_dir, f"{name}.log"), errors="replace") as f:
+                    lines = [ln.rstrip() for ln in f
+                             if "Connection refused" not in ln and "not found in cache" not in ln]
+            except OSError as e:
+                lines = [f"(no log: {e})"]
+            parts.extend(ln[:300] for ln in lines[-lines_max:])
+        return "\n".join(parts)
+
     def wait_converged(self, timeout_s: float = 60.0) -> int:
         """Wait until every node applied the same offset; returns it."""
         deadline = time.monotonic() + timeout_s

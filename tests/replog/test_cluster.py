@@ -16,6 +16,7 @@ from replog.testing.harness import Load, NodeProcesses, check_run, failover_s
 
 pytestmark = pytest.mark.cluster
 SESSION_TIMEOUT_S = 2.0
+RECOVERY_S = 90.0  # a broker restarted on a loaded machine may answer slowly at first
 REPORT = os.environ.get("REPLOG_CLUSTER_REPORT", "bench/results/replog_faults.json")
 
 
@@ -191,7 +192,7 @@ def test_restart_the_kafka_broker(nodes):
     time.sleep(2.0)
     cluster.up(["kafka"], log=lambda *a, **k: None)
     t_up = time.monotonic()
-    deadline = t_up + 60.0
+    deadline = t_up + RECOVERY_S
     while time.monotonic() < deadline and not any(
         i.outcome == "ok" and i.t_invoke > t_up for i in list(load.history)
     ):
@@ -211,4 +212,7 @@ def test_restart_the_kafka_broker(nodes):
         unknown=verdict.unknown,
     )
     _assert_valid(verdict)
-    assert recovered, "no write acknowledged after the broker came back"
+    assert recovered, (
+        f"no write acknowledged within {RECOVERY_S} s after the broker came back\n"
+        + nodes.diagnostics()
+    )

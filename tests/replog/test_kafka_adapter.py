@@ -17,6 +17,14 @@ def test_append_to_an_unreachable_broker_fails_instead_of_hanging():
         log.append([b"x"])
 
 
+def test_an_append_that_timed_out_leaves_a_fresh_producer_for_the_next():
+    log = KafkaLog(DEAD_BROKER, "t", create=False, log_level=0, **{"message.timeout.ms": 300})
+    stuck = log._producer
+    with pytest.raises((AppendFailed, AppendTimeout)):
+        log.append([b"x"])
+    assert log._producer is not stuck
+
+
 def test_reader_on_an_unreachable_broker_returns_nothing():
     log = KafkaLog(DEAD_BROKER, "t", create=False, log_level=0, **{"message.timeout.ms": 300})
     reader = log.open_reader(0)
