@@ -76,6 +76,7 @@ class _Generation:
     # generation's inserts; ``finished`` is the state machine's own
     # bookkeeping of retention (runner.state.retention), never written to DuckDB.
     runs_evicted: list[tuple[str, int, int]] = field(default_factory=list)
+    evicted_ids: set[str] = field(default_factory=set)  # the run ids of ``runs_evicted``
     finished: list[tuple[int, int, str, str]] = field(default_factory=list)
     # Stage only: the run dicts an entry left (run id -> run), which the state machine keeps
     # while they wait for an app or a reviewer (its hot state of live runs); never written.
@@ -84,10 +85,6 @@ class _Generation:
     # run a later entry resumed. An event's runs are new (a run id holds the entry's offset),
     # and a plain INSERT, cheaper per row, writes them; only these go by INSERT OR REPLACE.
     replaced: set[str] = field(default_factory=set)
-
-    @property
-    def replaces_runs(self) -> bool:
-        return bool(self.replaced)
 
     def rows(self) -> int:
         return (len(self.runs) + len(self.steps) + len(self.seen) + len(self.seen_expired)
@@ -162,6 +159,7 @@ class RowBuffer:
                 gen.outbox_done += stage.outbox_done
             if stage.runs_evicted:
                 gen.runs_evicted += stage.runs_evicted
+                gen.evicted_ids.update(run_id for run_id, _, _ in stage.runs_evicted)
 
     def maybe_hand_off(self, ts: int) -> None:
         """After an entry of log time ``ts`` was absorbed: hand the generation to the flusher
@@ -226,6 +224,20 @@ class RowBuffer:
                 if found is not None:
                     return found
         return None
+
+    def task(self, key: tuple[str, str]) -> tuple[bool, tuple | None]:
+        """``(True, row)`` if the pending generations decide the app_tasks row of ``key`` (its
+        newest row, or None once its run left), else ``(False, None)``: then DuckDB holds the
+        answer, even if a generation lands meanwhile (it holds nothing of ``key``)."""
+        run_id = key[0]
+        with self._lock:
+            for gen in (self.current, *reversed(self._in_flight)):  # newest first
+                if run_id in gen.evicted_ids:  # deleted after the generation's inserts
+                    return True, None
+                row = gen.tasks.get(key)
+                if row is not None:
+                    return True, row
+        return False, None
 
     def views_of_event(self, event_id: str) -> list[dict] | None:
         """The newest views of an event's runs while the generation of the event is pending

@@ -49,8 +49,8 @@ DEDUP_RETENTION_MS_DEFAULT = 3_600_000
 seen_expired_per_entry_max = 64  # ids forgotten per event: more than arrive, so it keeps up
 DUCKDB_CHECKPOINT_THRESHOLD = "128MB"
 # Kinds applied from the hot state without touching DuckDB (their rows go to the write-behind
-# buffer). An app answer, a review or a tick reads DuckDB only for a task already closed (a
-# late or second answer): then it flushes first.
+# buffer). An app answer, a review or a tick reads DuckDB only for a task closed or unknown (a
+# late or second answer, a run decided before the node) that no pending generation holds.
 HOT_KINDS = frozenset({entries.EVENT_RECEIVED, entries.EFFECTS_DONE, entries.APP_COMPLETED,
                        entries.TICK, entries.REVIEW_CLAIMED, entries.REVIEW_DECIDED})
 STREAM_OF_TYPE = {"order": "payments"}  # event type -> metric stream (default: the type)
@@ -464,10 +464,13 @@ class RunnerStateMachine:
         run_id, node, status = task[0], task[1], task[STATUS]
         if status != "pending":  # a late answer after a timeout or a second answer: ignored
             held = self._stage.live.get(run_id) or self._live.get(run_id)
-            if held is None:  # decided: only DuckDB holds it
-                self.flush()
-            run = held if held is not None else self._load_run(run_id)
-            return [Reply(ok=True, runs=[run_view_of(run)], result={"ignored": status})]
+            if held is not None:
+                view = run_view_of(held)
+            else:  # decided: its newest version is pending or in DuckDB (``_task`` found the
+                view = self._buffer.view(run_id)  # task, so the run is still held)
+                if view is None:
+                    view = run_view_of(self._load_run(run_id))
+            return [Reply(ok=True, runs=[view], result={"ignored": status})]
         self._stage.timers.append((run_id, node, None))
         self._stage.tasks[(run_id, node)] = (*task[:STATUS], "done", *task[STATUS + 1:OUTCOME],
                                              orjson.dumps(result).decode())
@@ -476,12 +479,16 @@ class RunnerStateMachine:
 
     def _task(self, run_id: str, node: str) -> tuple | None:
         """The app_tasks row of a task: a pending one from the hot state; a closed one (a late
-        or second answer, a review already decided) only DuckDB holds, so flush first."""
+        or second answer, a review already decided) or none (a run decided before the node,
+        an unknown run) from the pending generations, else DuckDB. Never a flush: any client
+        can send such an answer, and a flush per answer stalls apply for a generation."""
         key = (run_id, node)
         task = self._stage.tasks.get(key) or self._tasks.get(key)
         if task is not None:
             return task
-        self.flush()
+        found, task = self._buffer.task(key)
+        if found:
+            return task
         return self.con.execute(f"SELECT {TASK_COLUMNS} FROM app_tasks "
                                 "WHERE run_id = ? AND node_id = ?", [run_id, node]).fetchone()
 

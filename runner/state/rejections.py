@@ -3,10 +3,11 @@
 ``Rejected`` is raised by a handler for a well-formed entry it cannot apply (unknown workflow,
 a bad metric text, an event field the metrics engine cannot take): the request gets a 4xx
 naming ``field``. Any other exception a handler raises (a panic in native code too, which PyO3
-raises as a BaseException) is a bug, not a reason to stop the log for everyone: ``apply`` rejects the entry the same way (state and digest unchanged, the caller
-gets a 422) and records it here, as it records every rejection. Failures of this node's own
-environment (a full disk, out of memory) are not rejections: they stop the node
-(``LOCAL_FAILURES``), because the other replicas did not see them.
+raises as a BaseException) is a bug, not a reason to stop the log for everyone: ``apply``
+rejects the entry the same way (state and digest unchanged, the caller gets a 422) and
+records it here, as it records every rejection. Failures of this node's own environment (a
+full disk, out of memory) are not rejections: they stop the node (``LOCAL_FAILURES``),
+because the other replicas did not see them.
 
 Operators read ``RejectionLog.recent()`` (``GET /internal/v1/rejections``) and the counter
 ``railflow_entries_rejected`` (labels: kind, reason ``invalid`` or ``internal``).

@@ -197,3 +197,73 @@ def test_tick_expires_due_tasks_in_deadline_order_and_at_most_its_limit(tmp_path
     assert [e.run["event_id"] for e in second if isinstance(e, RunChanged)] == ["o-4"]
     assert a.next_deadline() == T0 + 205
     a.close()
+
+
+def test_an_answer_to_a_closed_or_unknown_task_never_flushes(tmp_path):
+    """An app answer naming a task apply does not hold (a run decided before its app node, an
+    unknown run, a second or late answer, a run that left) is looked up in the pending
+    generations, then in DuckDB, never by a flush (any client could stall apply with one per
+    request); the answer is the one a replica that flushed after every entry gives."""
+    kwargs = {"engine": BruteForceW1Engine(), "dedup_retention_ms": 1_000,
+              "run_retention_ms": 1_000}
+    hot = RunnerStateMachine(tmp_path / "hot", **kwargs)
+    flushed = RunnerStateMachine(tmp_path / "flushed", **{**kwargs,
+                                                          "engine": BruteForceW1Engine()})
+    log = FlushingLog(hot, flushed, flushing=flushed)
+    setup_w3(log, scorer="demo_score")
+    runs = []
+    for i in range(5):  # one card: the fifth is blocked by velocity before the score node
+        (run,) = reply(log.apply(entries.EVENT_RECEIVED, order(f"o-{i}"), ts=T0 + i)).runs
+        runs.append(run)
+    assert [r["waiting_for"] for r in runs] == ["app"] * 4 + [None]
+    syncs = []
+
+    def no_sync() -> None:
+        syncs.append(1)
+        raise AssertionError("apply flushed DuckDB")
+
+    real_sync, hot._buffer.sync = hot._buffer.sync, no_sync
+
+    def answer(run_id: str, ts: int, node: str = "score") -> dict:
+        log.apply(entries.APP_COMPLETED, {"run_id": run_id, "node_id": node,
+                                          "result": {"payment_abuse": 5}}, ts=ts)
+        mine, theirs = (reply(effects) for effects in log.results)
+        assert mine == theirs
+        return mine
+
+    def expect(got, status):
+        if isinstance(status, int):
+            assert not got.ok and got.result["status"] == status and got.field == "node_id"
+        else:
+            assert got.ok and got.result["ignored"] == status
+
+    first = answer(runs[0]["run_id"], T0 + 10)
+    assert first.ok and first.result["ignored"] is None and first.runs[0]["decision"]
+    log.apply(entries.TICK, {}, ts=T0 + 1_000)  # o-1..o-3 expire at the score node
+    cases = [(runs[0]["run_id"], "score", "done"),  # a second answer
+             (runs[1]["run_id"], "score", "expired"),  # a late one
+             (runs[4]["run_id"], "score", 404),  # decided before its app node
+             (runs[2]["run_id"], "approve", 404),  # a node that is no task
+             ("r_00000000000000000000", "score", 404)]  # no such run
+    for run_id, node, status in cases:  # the rows are in the pending generation
+        expect(answer(run_id, T0 + 1_100, node), status)
+    hot._buffer.sync = real_sync
+    hot.sync()
+    hot._buffer.sync = no_sync
+    for run_id, node, status in cases:  # ... and now only in DuckDB
+        expect(answer(run_id, T0 + 1_200, node), status)
+    # o-0 leaves once stored and past both retentions: an answer then finds no task at all
+    reply(log.apply(entries.EVENT_RECEIVED, order("o-later", card="c9"), ts=T0 + 5_000))
+    log.apply(entries.EFFECTS_DONE, {"stored": [[r["run_id"], r["offset"]] for r in runs[:1]],
+                                     "outbox": []}, ts=T0 + 5_000)
+    log.apply(entries.EFFECTS_DONE, {"stored": [[runs[0]["run_id"], first.runs[0]["offset"]]],
+                                     "outbox": []}, ts=T0 + 5_001)
+    assert any(runs[0]["run_id"] in g.evicted_ids
+               for g in (hot._buffer.current, *hot._buffer._in_flight))
+    expect(answer(runs[0]["run_id"], T0 + 5_002), 404)
+    assert syncs == []
+    hot._buffer.sync = real_sync
+    assert hot.digest() == flushed.digest()
+    assert tables(hot) == tables(flushed)
+    for m in (hot, flushed):
+        m.close()

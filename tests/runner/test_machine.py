@@ -470,13 +470,13 @@ def test_an_events_runs_are_inserted_and_a_resumed_run_replaces_its_row(machine)
     setup_w3(log)
     log.apply(entries.EVENT_RECEIVED, order("o-1"))
     (run,) = reply(log.apply(entries.EVENT_RECEIVED, review_order("o-r"))).runs
-    assert not machine._buffer.current.replaces_runs
+    assert not machine._buffer.current.replaced
     machine.sync()
     claim = {"run_id": run["run_id"], "node_id": "review", "user": "ann"}
     log.apply(entries.REVIEW_CLAIMED, claim)
     log.apply(entries.REVIEW_DECIDED, dict(claim, outcome="accept", override=False), ts=T0 + 10)
     # the resumed run's rows wait in the buffer (no flush of their own), marked as replacing
-    assert machine._buffer.current.rows() > 0 and machine._buffer.current.replaces_runs
+    assert machine._buffer.current.rows() > 0 and machine._buffer.current.replaced
     machine.sync()
     rows = machine.con.execute("SELECT run_id, state, decision FROM runs ORDER BY event_id"
                                ).fetchall()
