@@ -7,7 +7,8 @@ only a failing apply or a truncated log stops it); the *appender* takes batches 
 core and appends each with one group commit. Election callbacks arrive on the election's
 thread and take effect at once: a deposed leader fails its pending requests before
 returning. Callers must ``start()`` the node, and ``stop()`` it; from asyncio, wrap
-``submit``'s future with ``asyncio.wrap_future``.
+``submit``'s future with ``asyncio.wrap_future``, or hand ``submit_to`` a ``Sink`` of their own
+(no ``Future``, whose condition and lock cost an order more than the rest of its hand-off).
 """
 
 from __future__ import annotations
@@ -32,6 +33,18 @@ from replog.protocols import (
     LogAdapter,
     StateMachine,
 )
+
+
+class Sink(Protocol):
+    """Where a request's outcome goes: a ``concurrent.futures.Future``, or anything with its
+    two setters. One of them is called once, on the thread that settled the request (the
+    node's loop, the appender, the election's, a forwarding thread, or the caller's own when
+    the request fails at once); it must not block. A setter may raise ``InvalidStateError``
+    (a cancelled future): the outcome is then dropped."""
+
+    def set_result(self, result: Applied) -> None: ...
+
+    def set_exception(self, exception: BaseException) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +107,7 @@ class Node:
         self._wake = threading.Condition(self._lock)  # appender: a batch may be ready
         self._applied_cv = threading.Condition()
         self._applied = start_offset - 1
-        self._futures: dict[int, Future[Applied]] = {}
+        self._futures: dict[int, Sink] = {}
         self._running = False
         self._threads: list[threading.Thread] = []
         self._forwarders = ThreadPoolExecutor(forward_threads_max, thread_name_prefix="forward")
@@ -177,24 +190,35 @@ class Node:
     def submit(self, kind: str, payload: bytes, timeout_s: float) -> Future[Applied]:
         """Append an entry; the future resolves once this node applied it."""
         fut: Future[Applied] = Future()
+        self.submit_to(kind, payload, timeout_s, fut)
+        return fut
+
+    def submit_to(self, kind: str, payload: bytes, timeout_s: float, sink: Sink) -> None:
+        """Append an entry; ``sink`` gets the outcome once this node applied it (or the error)."""
+        error: ReplogError | None = None
         with self._lock:
             if self.core.role is not Role.FOLLOWER:
                 try:
                     token = self.core.submit(kind, payload, self.clock(), int(timeout_s * 1000))
                 except ReplogError as e:
-                    fut.set_exception(e)
-                    return fut
-                self._futures[token] = fut
-                self._wake.notify()
-                return fut
+                    error = e
+                else:
+                    self._futures[token] = sink
+                    self._wake.notify()
+                    return
+        if error is not None:
+            _fail(sink, error)
+            return
         leader = self.election.leader_url()
         if self.forwarder is None or leader is None or leader == self.advertise_url:
-            fut.set_exception(NotLeader("no leader to forward to", leader))
-            return fut
+            _fail(sink, NotLeader("no leader to forward to", leader))
+            return
+        fut: Future[Applied] = sink if isinstance(sink, Future) else Future()
+        if fut is not sink:  # forwarding is rare (a follower's own submits): a Future relays
+            fut.add_done_callback(lambda f: _relay(f, sink))
         self._forwarding.add(fut)
         fut.add_done_callback(self._forwarding.discard)
         self._forwarders.submit(self._forward, fut, leader, kind, payload, timeout_s)
-        return fut
 
     def problems(self) -> list[str]:
         """What keeps this node from working now (empty when healthy), for ``/healthz``."""
@@ -343,11 +367,13 @@ class Node:
         # Published only once applied (a reader never sees an offset whose entry is not in the
         # state), and before acks go out (a client that got its answer reads its own write).
         self._applied = step.entry.offset
-        with self._lock:
+        with self._lock:  # one acquisition: finish, wake the appender, take the sinks
             completions = self.core.finish(step, effects)
             if self.core.has_batch():
                 self._wake.notify()
-        self._resolve(completions)
+            settled = self._take(completions) if completions else None
+        if settled:
+            _deliver(settled)
         if self.on_effects is not None:
             self.on_effects(step.entry, effects)
         if self.checkpointer is not None:
@@ -371,17 +397,44 @@ class Node:
         if not completions:
             return
         with self._lock:
-            futures = [(self._futures.pop(c.token, None), c) for c in completions]
-        for fut, c in futures:
-            if fut is None or fut.done():
-                continue
+            settled = self._take(completions)
+        _deliver(settled)
+
+    def _take(self, completions: list[Completion]) -> list[tuple[Sink, Completion]]:
+        """The sinks of ``completions`` still waiting, taken out (under ``_lock``)."""
+        futures = self._futures
+        out = []
+        for c in completions:
+            sink = futures.pop(c.token, None)
+            if sink is not None:
+                out.append((sink, c))
+        return out
+
+
+def _deliver(settled: list[tuple[Sink, Completion]]) -> None:
+    for sink, c in settled:
+        try:
             if c.error is not None:
-                fut.set_exception(c.error)
+                sink.set_exception(c.error)
             else:
-                fut.set_result(c.result)  # type: ignore[arg-type]
+                sink.set_result(c.result)  # type: ignore[arg-type]
+        except InvalidStateError:  # cancelled by its caller
+            pass
 
 
-def _fail(fut: Future[Applied], error: BaseException) -> None:
+def _relay(fut: Future[Applied], sink: Sink) -> None:
+    if fut.cancelled():
+        _fail(sink, NotLeader("forwarding cancelled"))
+    elif (exc := fut.exception()) is not None:
+        _fail(sink, exc)
+    else:
+        try:
+            sink.set_result(fut.result())
+        except InvalidStateError:
+            pass
+
+
+def _fail(fut: Sink, error: BaseException) -> None:
     try:
         fut.set_exception(error)
     except InvalidStateError:  # already resolved by another path

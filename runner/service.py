@@ -10,7 +10,6 @@ preloads the demo workflow into an empty state.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import shutil
 import threading
@@ -176,12 +175,13 @@ class Service:
         if len(raw) > self.settings.log_entry_bytes_max:  # the log's retention assumes it
             raise RequestInvalid("body", f"the request is {len(raw)} bytes as a log entry, over "
                                  f"{self.settings.log_entry_bytes_max}", 413)
-        fut = self._submit_raw(kind, raw, timeout_s or self.settings.submit_timeout_s)
-        # One hop back to this loop when the node resolves it; lighter than wrap_future
-        # (which looks the loop up again and chains cancellation back to the node's future,
-        # which nothing here needs: an entry appended is applied whether anyone waits).
-        waiter = _running_loop().create_future()
-        fut.add_done_callback(functools.partial(_settle_threadsafe, waiter))
+        # No concurrent Future between the node and this loop: the node's thread hands the
+        # outcome to the loop's inbox, which wakes the loop once for all that arrive together.
+        inbox = _inbox()
+        waiter = inbox.loop.create_future()
+        timed = self.round_trip if self.node.is_leader else None
+        self.node.submit_to(kind, raw, timeout_s or self.settings.submit_timeout_s,
+                            _Reply(waiter, inbox, timed))
         return await waiter
 
     @staticmethod
@@ -200,6 +200,10 @@ class Service:
         self.executor.handle(entry, effects, term is not None and self.node.is_leader, term)
 
     def _run_changed(self, view: dict) -> None:
+        # Without the lock first (nearly every run has no waiter): a waiter registered after
+        # this test peeks the state, which apply updated before this call.
+        if view["run_id"] not in self._waiters:
+            return
         with self._waiters_lock:
             waiters = self._waiters.pop(view["run_id"], [])
         for loop, fut in waiters:
@@ -318,22 +322,71 @@ def _running_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-def _settle_threadsafe(waiter: asyncio.Future, fut: Future) -> None:
-    """From the thread that resolved ``fut``: settle ``waiter`` alike on its own loop."""
-    loop = waiter.get_loop()
-    if not loop.is_closed():
-        loop.call_soon_threadsafe(_settle, waiter, fut)
+class _Reply:
+    """A request's ``replog.node.Sink``: the outcome goes to the waiting request's loop (on the
+    leader, the log round trip, append to applied, is timed too)."""
+
+    __slots__ = ("waiter", "inbox", "timed", "started")
+
+    def __init__(self, waiter: asyncio.Future, inbox: _Inbox,
+                 timed: LatencyRecorder | None) -> None:
+        self.waiter = waiter
+        self.inbox = inbox
+        self.timed = timed
+        self.started = time.perf_counter_ns() if timed is not None else 0
+
+    def set_result(self, result: Applied) -> None:
+        if self.timed is not None:
+            self.timed.record((time.perf_counter_ns() - self.started) // 1000)
+        self.inbox.put(self.waiter, result, None)
+
+    def set_exception(self, exception: BaseException) -> None:
+        self.inbox.put(self.waiter, None, exception)
 
 
-def _settle(waiter: asyncio.Future, fut: Future) -> None:
-    if waiter.done():  # the request went away (cancelled)
-        return
-    if fut.cancelled():
-        waiter.cancel()
-    elif (exc := fut.exception()) is not None:
-        waiter.set_exception(exc)
-    else:
-        waiter.set_result(fut.result())
+class _Inbox:
+    """Outcomes on their way to one event loop. ``call_soon_threadsafe`` writes to the loop's
+    self-pipe each time (a syscall and a wakeup); outcomes that arrive before the loop took the
+    earlier ones ride with them."""
+
+    __slots__ = ("loop", "_items", "_lock", "_scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._items: list[tuple[asyncio.Future, Any, BaseException | None]] = []
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def put(self, waiter: asyncio.Future, result: Any, error: BaseException | None) -> None:
+        with self._lock:
+            self._items.append((waiter, result, error))
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop closed: nobody waits any more
+            pass
+
+    def _drain(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+            self._scheduled = False
+        for waiter, result, error in items:
+            if waiter.done():  # the request went away (cancelled)
+                continue
+            if error is None:
+                waiter.set_result(result)
+            else:
+                waiter.set_exception(error)
+
+
+def _inbox() -> _Inbox:
+    """The running loop's inbox (found as ``_running_loop`` finds the loop)."""
+    inbox = getattr(_loops, "inbox", None)
+    if inbox is None or not inbox.loop.is_running():
+        inbox = _loops.inbox = _Inbox(_running_loop())
+    return inbox
 
 
 def _set_if_pending(fut: asyncio.Future, value: Any) -> None:

@@ -1,59 +1,84 @@
-"""runner.service: a node future resolved on another thread settles the request's asyncio
-future on its own loop (result, error, cancellation; a request gone away is left alone)."""
+"""runner.service: a request's outcome, settled on the node's thread, reaches the request's
+asyncio future on its own loop (result, error; a request gone away is left alone), and the
+outcomes that arrive before the loop runs share one wakeup of it."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
-from concurrent.futures import Future
 
 import pytest
 
-from runner.service import _settle_threadsafe
+from runner.service import LatencyRecorder, _inbox, _Reply
 
 
-async def _bridged(resolve) -> asyncio.Future:
-    waiter = asyncio.get_running_loop().create_future()
-    fut: Future = Future()
-    fut.add_done_callback(functools.partial(_settle_threadsafe, waiter))
-    t = threading.Thread(target=resolve, args=(fut,))
+async def _from_thread(settle, timed: LatencyRecorder | None = None) -> asyncio.Future:
+    inbox = _inbox()
+    waiter = inbox.loop.create_future()
+    reply = _Reply(waiter, inbox, timed)
+    t = threading.Thread(target=settle, args=(reply,))
     t.start()
     try:
         await asyncio.wait_for(asyncio.shield(waiter), 10)
-    except (ValueError, asyncio.CancelledError):
+    except ValueError:
         pass
     t.join()
     return waiter
 
 
 def test_a_result_and_an_error_reach_the_loop():
-    ok = asyncio.run(_bridged(lambda f: f.set_result(7)))
+    timed = LatencyRecorder()
+    ok = asyncio.run(_from_thread(lambda r: r.set_result(7), timed))
     assert ok.result() == 7
-    failed = asyncio.run(_bridged(lambda f: f.set_exception(ValueError("refused"))))
+    assert timed.take().get_total_count() == 1  # the leader's round trip, timed once
+    failed = asyncio.run(_from_thread(lambda r: r.set_exception(ValueError("refused")), timed))
     with pytest.raises(ValueError, match="refused"):
         failed.result()
+    assert timed.take().get_total_count() == 0  # a failure is not a round trip
 
 
-def test_a_cancelled_node_future_cancels_the_waiter():
-    assert asyncio.run(_bridged(lambda f: f.cancel())).cancelled()
-
-
-def test_an_already_resolved_future_settles_too_and_a_gone_request_is_left_alone():
+def test_outcomes_arriving_together_wake_the_loop_once():
     async def main():
-        loop = asyncio.get_running_loop()
-        done: Future = Future()
-        done.set_result("x")
-        waiter = loop.create_future()
-        done.add_done_callback(functools.partial(_settle_threadsafe, waiter))  # runs at once
-        assert await waiter == "x"
-        gone = loop.create_future()
+        inbox = _inbox()
+        wakeups = 0
+        call_soon_threadsafe = inbox.loop.call_soon_threadsafe
+
+        def counted(*args):
+            nonlocal wakeups
+            wakeups += 1
+            return call_soon_threadsafe(*args)
+
+        inbox.loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        try:
+            waiters = [inbox.loop.create_future() for _ in range(50)]
+
+            def settle_all():
+                for i, w in enumerate(waiters):
+                    _Reply(w, inbox, None).set_result(i)
+
+            t = threading.Thread(target=settle_all)
+            t.start()
+            t.join()  # the loop is blocked here: nothing drains meanwhile
+            assert await asyncio.gather(*waiters) == list(range(50))
+            assert wakeups == 1
+            done = inbox.loop.create_future()
+            _Reply(done, inbox, None).set_result("again")  # after a drain: a new wakeup
+            assert await done == "again" and wakeups == 2
+        finally:
+            del inbox.loop.call_soon_threadsafe
+
+    asyncio.run(main())
+
+
+def test_a_request_gone_away_is_left_alone():
+    async def main():
+        inbox = _inbox()
+        gone = inbox.loop.create_future()
         gone.cancel()
-        later: Future = Future()
-        later.add_done_callback(functools.partial(_settle_threadsafe, gone))
-        later.set_result("y")
-        await asyncio.sleep(0)
-        await asyncio.sleep(0)
+        kept = inbox.loop.create_future()
+        _Reply(gone, inbox, None).set_result("y")
+        _Reply(kept, inbox, None).set_result("z")
+        assert await kept == "z"
         assert gone.cancelled()
 
     asyncio.run(main())
@@ -65,7 +90,8 @@ def test_running_loop_cache_follows_the_running_loop():
     from runner.service import _running_loop
 
     async def same() -> bool:
-        return _running_loop() is asyncio.get_running_loop()
+        return _running_loop() is asyncio.get_running_loop() and _inbox().loop is \
+            asyncio.get_running_loop()
 
     assert asyncio.run(same()) and uvloop.run(same()) and asyncio.run(same())
     with pytest.raises(RuntimeError):
