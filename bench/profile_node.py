@@ -9,7 +9,9 @@ samples each process (``--threads --idle --native``: all threads, idle frames ke
 thread's waits are visible; they are left out of the table). Prints, per node, each thread's
 CPU µs per order from the kernel over as many orders before the sampling (a follower's counted
 once it applied them all; threads without a Python frame, librdkafka's, by the kernel's thread
-name), the share of the samples that were on CPU and the top frames; the folded stacks stay in
+name), the HTTP thread's busy samples by stage of an order (``HTTP_STAGES``: decode, auth,
+submit hand-off, settle wakeup, run views, reply send, uvicorn's own), the share of the samples
+that were on CPU and the top frames; the folded stacks stay in
 ``--raw`` (one file per node with ``--cluster``). Noisy on a shared machine: read the
 proportions.
 
@@ -47,8 +49,11 @@ from bench.api_w3 import run_load  # noqa: E402
 from runner.settings import Settings  # noqa: E402
 
 # A sample with one of these frames on its stack is a thread waiting, not working (py-spy's
-# own idle test does not see through native frames).
-WAIT_FRAMES = ("lock_PyThread_acquire_lock", "time_sleep", "select_epoll_poll", "uv__io_poll",
+# own idle test does not see through native frames). ``PyThread_acquire_lock_timed``: a Python
+# lock's blocking acquire (an uncontended one returns in nanoseconds, sampled about never), as
+# a reader waiting on the file log's condition while the appender syncs.
+WAIT_FRAMES = ("lock_PyThread_acquire_lock", "PyThread_acquire_lock_timed", "time_sleep",
+               "select_epoll_poll", "uv__io_poll",
                "epoll_wait", "pthread_cond_timedwait", "pthread_cond_wait", "Condition.wait",
                "sem_wait", "sem_timedwait", "WaitForMultipleObjects", "__GI___poll", "poll (libc",
                "std::condition_variable::wait")
@@ -95,6 +100,57 @@ def summarize(raw: Path, top: int) -> str:
         out.append("  Python frames, inclusive:")
         for f, c in inclusive[thread].most_common(top * 2):
             out.append(f"    {100 * c / all_busy:5.1f}%  {f[:160]}")
+    return "\n".join(out)
+
+
+# Where the HTTP thread's samples go, by stage of an order: the first rule whose pattern is on a
+# sample's stack names it (more specific first). Patterns are function names, so they survive
+# line moves; a stage that no longer exists just stays empty.
+HTTP_STAGES = (
+    ("reply send (socket write)", ("RequestResponseCycle.send", "_send_json",
+                                   "HeldWriteTransport")),
+    ("run views (presented, explain, wait_runs)", ("presented", "explain", "wait_runs")),
+    ("telemetry (decisions, latency)", ("count_decisions", "Histogram.observe",
+                                        "MutexValue.inc")),
+    ("submit hand-off (to the appender)", ("Service.submit", "_submit_raw", "Node.submit",
+                                           "submit_to")),
+    ("settle wakeup (node thread -> loop)", ("_Inbox._drain", "_settle", "_set_if_pending")),
+    ("reply check (_apply after the wait)", ("_apply (runner/operations.py",)),
+    ("limits check", ("check_event", "check_fields")),
+    ("auth", ("HotPath._client", "AuthStore.principal")),
+    ("body read", ("_read_body", "RequestResponseCycle.receive")),
+    ("body decode + entry/reply encode", ("HotPath._event",)),
+    ("hot path other", ("HotPath.", "receive_event", "RailflowAPI.__call__")),
+    ("HTTP parse (httptools callbacks)", ("data_received", "on_url", "on_header",
+                                         "on_headers_complete", "on_message_complete",
+                                         "on_body")),
+    ("uvicorn per request (cycle, task)", ("run_asgi", "on_response_complete",
+                                           "RequestResponseCycle")),
+)
+
+
+def http_stages(raw: Path, thread: str = "MainThread") -> str:
+    """The busy samples of ``thread`` (uvicorn's event loop) by stage of an order
+    (``HTTP_STAGES``), as shares of that thread's busy samples."""
+    counts: collections.Counter = collections.Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        if not stack or re.sub(r"^thread \(\d+\): ", "", frames[0]) != thread:
+            continue
+        if any(w in f for f in frames for w in WAIT_FRAMES):
+            continue
+        n = int(count)
+        total += n
+        stage = next((name for name, pats in HTTP_STAGES if any(p in stack for p in pats)),
+                     "event loop other (uvloop, callbacks, GC)")
+        counts[stage] += n
+    if not total:
+        return f"no busy samples of {thread}"
+    out = [f"{thread} by stage of an order ({total} busy samples):"]
+    for name, n in counts.most_common():
+        out.append(f"  {100 * n / total:5.1f}%  {name}")
     return "\n".join(out)
 
 
@@ -192,6 +248,7 @@ def profile(pids: dict[str, int], raws: dict[str, Path], url: str, key: str, arg
               f"{(after[role][0] - before[role][0]) * per:.0f} µs, while sampled {sampled:.0f} "
               f"(noisy); stacks in {raws[role]}")
         print(thread_table(pid, before[role][1], after[role][1], raws[role], ok))
+        print(http_stages(raws[role]))
         print(summarize(raws[role], args.top))
 
 
@@ -207,10 +264,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", action="store_true",
                         help="three nodes on infra/'s cluster as bench/api_cost.py starts "
                              "them; the leader and one follower are sampled")
+    parser.add_argument("--stages-of", type=Path, default=None,
+                        help="only print the HTTP thread's stages of an existing --raw file")
     parser.add_argument("--no-native", action="store_true",
                         help="Python frames only, sampled without stopping the node (py-spy "
                              "decides what is idle)")
     args = parser.parse_args(argv)
+    if args.stages_of is not None:
+        print(http_stages(args.stages_of))
+        return 0
     _py_spy()
     warmup_s = 1_000 / args.rate
     if not args.cluster:
