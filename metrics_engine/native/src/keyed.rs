@@ -15,6 +15,11 @@
 //! takes a bucket in when the bucket closes and gives it back when it leaves, lazily, when
 //! the key is touched or read (`roll`), so a boundary costs nothing for keys nobody touches.
 //! Each insert also rolls one other entry (a slow sweep), so keys that stop coming are freed.
+//! Calendar windows of one group-by, filter and bucket width (W2's 7, 28, 182 and 392 days
+//! by 1 day) are views of one table (`View`): the ring is kept once, for the largest, and
+//! each view keeps only its window over it (`Win`: the closed buckets inside, its running
+//! states), so an event joins one bucket, not four, and a day that closes is added to each
+//! window and the day leaving it taken back: O(1) per window per boundary.
 //!
 //! A window of one closed bucket is that bucket's partial: the entry holds window states of
 //! its own only while two or more closed buckets are in the window (most keys of a large
@@ -334,34 +339,78 @@ fn make_parts(bk: &mut Bucket, kinds: &[Kind], spare: &mut Spare) {
     spare.give_raw(std::mem::take(&mut bk.raw));
 }
 
+/// One calendar window of a table's views over the entry's shared ring: `ring[lo..hi]` are
+/// the closed buckets inside it. Its own states are the fold of their partials while two or
+/// more are in it, none otherwise (a window of one closed bucket reads that bucket's partial).
+#[derive(Clone, Default)]
+pub struct Win {
+    pub states: Vec<Option<State>>,
+    lo: usize,
+    hi: usize,
+}
+
+impl Win {
+    fn n(&self) -> usize {
+        self.hi - self.lo
+    }
+}
+
 #[derive(Clone)]
 pub struct Entry {
-    /// Plain tables: one state per slot. Calendar tables: the window's states while two or
-    /// more closed buckets are in it (the fold of their partials), empty otherwise.
-    pub states: Vec<Option<State>>,
-    /// Calendar windows: buckets still holding events, oldest first; the first `absorbed`
-    /// are closed and inside the window, the rest are open.
+    /// Calendar tables: buckets still inside the largest view, oldest first (shared by
+    /// every view: an event joins one bucket, not one per window).
     pub ring: std::collections::VecDeque<Bucket>,
-    pub absorbed: usize,
+    /// One window per view of the table (`GroupTable::views`), same order.
+    pub wins: Vec<Win>,
+    /// The bucket the entry was last rolled to (`i64::MIN`: not known, roll it anyway).
+    at: i64,
 }
 
 impl Entry {
-    /// Slot `slot`'s window state: a calendar window of one closed bucket is its partial.
-    pub fn window(&self, slot: usize) -> Option<&State> {
-        if !self.states.is_empty() {
-            return self.states[slot].as_ref();
+    /// Slot `slot`'s state of view `v`'s window: a window of one closed bucket is its partial.
+    pub fn window(&self, v: usize, slot: usize) -> Option<&State> {
+        let w = &self.wins[v];
+        if !w.states.is_empty() {
+            return w.states[slot].as_ref();
         }
-        if self.absorbed == 1 {
+        if w.n() == 1 {
             // A raw bucket is given its partials before a read (`GroupTable::readable`).
-            return self.ring[0].parts.get(slot).and_then(|p| p.as_ref());
+            return self.ring[w.lo].parts.get(slot).and_then(|p| p.as_ref());
         }
         None
     }
 
-    /// Whether the entry holds window states apart from its buckets' partials.
-    pub fn holds_window(&self) -> bool {
-        !self.ring.is_empty() && !self.states.is_empty()
+    /// The ring index of view `v`'s one closed bucket when that bucket is raw.
+    fn one_raw(&self, v: usize) -> Option<usize> {
+        let w = &self.wins[v];
+        (w.states.is_empty() && w.n() == 1 && self.ring[w.lo].is_raw()).then_some(w.lo)
     }
+
+    /// Views whose window holds states apart from its buckets' partials.
+    pub fn held(&self) -> usize {
+        if self.ring.is_empty() { 0 } else { self.wins.iter().filter(|w| !w.states.is_empty()).count() }
+    }
+
+    /// Whether view `v` has nothing: no bucket from its window's start on, no states.
+    fn view_dead(&self, v: usize) -> bool {
+        let w = &self.wins[v];
+        self.ring.len() <= w.lo && w.states.iter().all(|s| s.as_ref().is_none_or(|s| s.empty()))
+    }
+}
+
+/// One calendar window of a table: the table keeps the buckets once (its `hop.m` is the
+/// largest view's), each view its own window over them. Windows of one group-by, filter and
+/// bucket width (W2's 7, 28, 182 and 392 days) are views of one table; each keeps its gid
+/// (snapshots, digests and backfills name it) and its own slots, a subset of the table's.
+#[derive(Clone, Debug)]
+pub struct View {
+    pub gid: String,
+    pub m: i64,
+    pub sids: Vec<String>,
+    /// The table slot of each of the view's slots.
+    pub slots: Vec<usize>,
+    /// The plan window the view belongs to.
+    pub window: usize,
 }
 
 /// A calendar window's buckets: `every` wide from `align`; the window is the `m` buckets
@@ -499,54 +548,88 @@ fn absorb_into(states: &mut [Option<State>], kinds: &[Kind], bk: &Bucket, sign: 
     }
 }
 
-/// Set an entry's window states from its closed buckets: the fold of their partials when
+/// Set view window `w`'s states from its closed buckets: the fold of their partials when
 /// there are two or more, none otherwise (the window is its one closed bucket's partial).
-fn refold(e: &mut Entry, kinds: &[Kind], spare: &mut Spare) {
-    spare.give(std::mem::take(&mut e.states));
-    if e.absorbed >= 2 {
+fn refold(w: &mut Win, ring: &std::collections::VecDeque<Bucket>, kinds: &[Kind], spare: &mut Spare) {
+    spare.give(std::mem::take(&mut w.states));
+    if w.n() >= 2 {
         let mut states = spare.take(kinds.len());
-        for bk in e.ring.iter().take(e.absorbed) {
+        for bk in ring.range(w.lo..w.hi) {
             absorb_into(&mut states, kinds, bk, 1, spare);
         }
-        e.states = states;
+        w.states = states;
     }
 }
 
-/// Bring an entry's window state to the bucket `b` being the current one: buckets older than
-/// the window leave, closed ones enter. Returns the bucket operations done.
-pub fn roll(e: &mut Entry, kinds: &[Kind], hop: &Hop, b: i64, spare: &mut Spare) -> u64 {
+/// Bring view window `w` (of `m` buckets) to the bucket `b` being the current one: buckets
+/// older than the window leave (taken back from its states), closed ones enter (added).
+/// Returns the bucket operations done.
+fn roll_win(w: &mut Win, ring: &std::collections::VecDeque<Bucket>, kinds: &[Kind], m: i64, b: i64,
+            spare: &mut Spare) -> u64 {
     let mut work = 0;
-    while let Some(front) = e.ring.front() {
-        if front.idx >= b - hop.m {
-            break;
-        }
-        let front = e.ring.pop_front().unwrap();
-        if e.absorbed > 0 {
-            e.absorbed -= 1;
-            if e.absorbed == 1 {
-                spare.give(std::mem::take(&mut e.states)); // the window is the one left
-            } else if e.absorbed >= 2 {
-                absorb_into(&mut e.states, kinds, &front, -1, spare);
+    while w.lo < ring.len() && ring[w.lo].idx < b - m {
+        if w.lo < w.hi {
+            let left = w.n() - 1;
+            if left == 1 {
+                spare.give(std::mem::take(&mut w.states)); // the window is the one left
+            } else if left >= 2 {
+                absorb_into(&mut w.states, kinds, &ring[w.lo], -1, spare);
             }
+        } else {
+            w.hi += 1; // an open bucket that left before it closed
         }
-        spare.give(front.parts);
-        spare.give_raw(front.raw);
+        w.lo += 1;
         work += 1;
     }
-    while e.absorbed < e.ring.len() && e.ring[e.absorbed].idx < b {
-        e.absorbed += 1;
-        if e.absorbed == 2 {
-            refold(e, kinds, spare);
-        } else if e.absorbed > 2 {
-            absorb_into(&mut e.states, kinds, &e.ring[e.absorbed - 1], 1, spare);
+    while w.hi < ring.len() && ring[w.hi].idx < b {
+        w.hi += 1;
+        if w.n() == 2 {
+            refold(w, ring, kinds, spare);
+        } else if w.n() > 2 {
+            absorb_into(&mut w.states, kinds, &ring[w.hi - 1], 1, spare);
         }
         work += 1;
     }
     work
 }
 
+/// Bring an entry's windows to the bucket `b` being the current one (each view's window
+/// rolls over the shared ring), then drop the buckets no view holds any more. O(1) when the
+/// entry is at `b` already (every window of a key read after its event). Returns the bucket
+/// operations done.
+pub fn roll(e: &mut Entry, kinds: &[Kind], hop: &Hop, views: &[View], b: i64, spare: &mut Spare)
+            -> u64 {
+    if e.at == b {
+        return 0;
+    }
+    let mut work = 0;
+    for (w, v) in e.wins.iter_mut().zip(views) {
+        work += roll_win(w, &e.ring, kinds, v.m, b, spare);
+    }
+    let gone = match e.wins.iter().map(|w| w.lo).min() {
+        Some(lo) => lo,
+        // No view (a table read from a snapshot for a group no metric uses): its own width.
+        None => e.ring.iter().take_while(|bk| bk.idx < b - hop.m).count(),
+    };
+    for _ in 0..gone {
+        let front = e.ring.pop_front().unwrap();
+        spare.give(front.parts);
+        spare.give_raw(front.raw);
+    }
+    for w in e.wins.iter_mut() {
+        w.lo -= gone;
+        w.hi -= gone;
+    }
+    if views.is_empty() {
+        work += gone as u64;
+    }
+    e.at = e.at.max(b);
+    work
+}
+
 fn entry_dead(e: &Entry) -> bool {
-    e.ring.is_empty() && e.states.iter().all(|s| s.as_ref().is_none_or(|s| s.empty()))
+    e.ring.is_empty()
+        && e.wins.iter().all(|w| w.states.iter().all(|s| s.as_ref().is_none_or(|s| s.empty())))
 }
 
 /// One group node's states, indexed by the key ids of its key space (`space`, an index into
@@ -576,10 +659,25 @@ pub struct GroupTable {
     live: usize,
     spare: Vec<Entry>, // freed entries whose vectors the next new key reuses (no allocation)
     spare_slots: Spare,
-    /// Calendar tables: the partials of key `read_id`'s one closed bucket, made from its raw
-    /// events by `readable` for the reads that follow (`u32::MAX`: none).
+    /// Calendar tables: the partials of key `read_id`'s one closed bucket `read_idx`, made
+    /// from its raw events by `readable` for the reads that follow while `read_tick` is the
+    /// table's `tick` (`u32::MAX`: none). The views of a key whose windows hold that one
+    /// bucket (most of W2's keys, all four windows) read the partials made once.
     read_id: u32,
+    read_idx: i64,
+    read_tick: u64,
     read_parts: Vec<Option<State>>,
+    /// Moves on with every change to a bucket's events or an entry's key (see `read_tick`).
+    tick: u64,
+    /// Calendar tables: the windows over the buckets (one for a table of one window).
+    pub views: Vec<View>,
+    /// Whether an event or a snapshot ever went in: a new window joins only a table that
+    /// holds nothing yet (its buckets then hold what the new window's would).
+    pub fed: bool,
+    /// Slots added while the table held events, not yet filled by a backfill.
+    pub unfilled: Vec<String>,
+    /// Key ids this `load` made (a key of a merged snapshot comes once per view).
+    fresh: rustc_hash::FxHashSet<u32>,
 }
 
 const SPARE_MAX: usize = 1024;
@@ -591,7 +689,8 @@ impl GroupTable {
         GroupTable { space, hop: None, rolls: 0, sweep: 0, sweep_tick: 0, sids: vec![], kinds: vec![],
                      inputs: vec![], entries: vec![], col: None, flat: vec![], present: vec![], live: 0,
                      spare: vec![], spare_slots: Spare::default(), read_id: u32::MAX,
-                     read_parts: vec![] }
+                     read_idx: 0, read_tick: 0, read_parts: vec![], tick: 0, views: vec![],
+                     fed: false, unfilled: vec![], fresh: Default::default() }
     }
 
     /// The id of `key` if this table holds an entry for it.
@@ -645,8 +744,10 @@ impl GroupTable {
         }
     }
 
-    /// Slot `slot`'s window state of key id `id` (none if the table does not hold the key).
-    pub fn window<'a>(&'a self, space: &'a KeySpace, id: u32, slot: usize) -> Option<&'a State> {
+    /// Slot `slot`'s window state of key id `id` (none if the table does not hold the key);
+    /// of view `view`'s window in a calendar table (`slot` is the table's slot).
+    pub fn window<'a>(&'a self, space: &'a KeySpace, id: u32, view: usize, slot: usize)
+                      -> Option<&'a State> {
         if self.hop.is_none() {
             if !self.has(id) {
                 return None;
@@ -654,31 +755,26 @@ impl GroupTable {
             return self.states_of(space, id)[slot].as_ref();
         }
         let e = self.entries.get(id as usize).and_then(|e| e.as_ref())?;
-        if e.states.is_empty() && e.absorbed == 1 && e.ring[0].is_raw() {
-            assert_eq!(id, self.read_id, "a raw bucket read without readable()");
+        if let Some(lo) = e.one_raw(view) {
+            assert!(id == self.read_id && e.ring[lo].idx == self.read_idx
+                    && self.read_tick == self.tick, "a raw bucket read without readable()");
             return self.read_parts.get(slot).and_then(|p| p.as_ref());
         }
-        e.window(slot)
+        e.window(view, slot)
     }
 
-    /// The states of key id `id` (a plain table's, or a calendar entry's own).
+    /// The states of key id `id` (a plain table's).
     fn states_of<'a>(&'a self, space: &'a KeySpace, id: u32) -> &'a [Option<State>] {
-        if self.hop.is_none() {
-            let (w, i) = (self.sids.len(), id as usize);
-            return match self.col {
-                Some(c) => space.states(i * space.stride + c, w),
-                None => &self.flat[i * w..(i + 1) * w],
-            };
+        let (w, i) = (self.sids.len(), id as usize);
+        match self.col {
+            Some(c) => space.states(i * space.stride + c, w),
+            None => &self.flat[i * w..(i + 1) * w],
         }
-        &self.entry(id).states
     }
 
-    /// Whether key id `id` holds nothing (a digest leaves it out).
+    /// Whether key id `id` holds nothing (a digest leaves it out; plain tables).
     fn dead(&self, space: &KeySpace, id: u32) -> bool {
-        if self.hop.is_none() {
-            return self.states_of(space, id).iter().all(|s| s.as_ref().is_none_or(|s| s.empty()));
-        }
-        entry_dead(self.entry(id))
+        self.states_of(space, id).iter().all(|s| s.as_ref().is_none_or(|s| s.empty()))
     }
 
     /// Ids the table holds, in id order.
@@ -714,10 +810,15 @@ impl GroupTable {
             return;
         }
         let mut entry = self.spare.pop().unwrap_or_else(|| Entry {
-            states: vec![], ring: Default::default(), absorbed: 0 });
+            ring: Default::default(), wins: vec![], at: i64::MIN });
         entry.ring.clear();
-        entry.absorbed = 0;
-        entry.states.clear(); // see Entry::states
+        entry.at = i64::MIN;
+        entry.wins.resize_with(self.views.len(), Win::default);
+        for w in entry.wins.iter_mut() {
+            w.lo = 0;
+            w.hi = 0; // states: given back when the entry was freed
+        }
+        self.tick += 1;
         if i >= self.entries.len() {
             self.entries.resize_with(i + 1, || None);
         }
@@ -735,10 +836,6 @@ impl GroupTable {
 
     pub fn entry(&self, id: u32) -> &Entry {
         self.entries[id as usize].as_ref().expect("live entry")
-    }
-
-    pub fn entry_mut(&mut self, id: u32) -> &mut Entry {
-        self.entries[id as usize].as_mut().expect("live entry")
     }
 
     /// The slots' kinds and inputs beside a plain table's states of key id `id` (disjoint
@@ -794,7 +891,7 @@ impl GroupTable {
     pub fn roll(&mut self, id: u32, b: i64, space: Option<&mut KeySpace>) -> bool {
         let Some(hop) = self.hop else { return true };
         let e = self.entries[id as usize].as_mut().expect("live entry");
-        self.rolls += roll(e, &self.kinds, &hop, b, &mut self.spare_slots);
+        self.rolls += roll(e, &self.kinds, &hop, &self.views, b, &mut self.spare_slots);
         if entry_dead(e) {
             self.remove(id, space);
             return false;
@@ -802,16 +899,21 @@ impl GroupTable {
         true
     }
 
-    /// Make key id `id`'s window readable by `window` (calendar tables, after `roll`): a
-    /// window of one closed bucket is that bucket's partials; if the bucket is raw they are
-    /// made in `read_parts` for the reads that follow (the bucket stays raw: most keys read
-    /// again keep one closed bucket for days, and its partials would stay with it).
-    pub fn readable(&mut self, id: u32) {
+    /// Make key id `id`'s window of view `view` readable by `window` (calendar tables, after
+    /// `roll`): a window of one closed bucket is that bucket's partials; if the bucket is raw
+    /// they are made in `read_parts` for the reads that follow (the bucket stays raw: most
+    /// keys read again keep one closed bucket for days, and its partials would stay with it),
+    /// once for all the views whose window is that bucket.
+    pub fn readable(&mut self, id: u32, view: usize) {
         if self.hop.is_none() {
             return;
         }
         let e = self.entries[id as usize].as_ref().expect("live entry");
-        if e.states.is_empty() && e.absorbed == 1 && e.ring[0].is_raw() {
+        if let Some(lo) = e.one_raw(view) {
+            let bk = &e.ring[lo];
+            if self.read_id == id && self.read_idx == bk.idx && self.read_tick == self.tick {
+                return;
+            }
             let kinds = &self.kinds;
             if self.read_parts.len() != kinds.len() {
                 self.read_parts = kinds.iter().map(|k| Some(State::new(*k))).collect();
@@ -820,8 +922,8 @@ impl GroupTable {
                 p.clear();
             }
             let sp = &self.spare_slots;
-            add_raw(&mut self.read_parts, kinds, &sp.cols, sp.stride, &e.ring[0].raw);
-            self.read_id = id;
+            add_raw(&mut self.read_parts, kinds, &sp.cols, sp.stride, &bk.raw);
+            (self.read_id, self.read_idx, self.read_tick) = (id, bk.idx, self.tick);
         }
     }
 
@@ -852,19 +954,30 @@ impl GroupTable {
         let hop = self.hop.expect("calendar table");
         let bi = hop.bucket(ts);
         let n = self.sids.len();
+        self.fed = true;
+        self.tick += 1;
         let e = self.entries[id as usize].as_mut().expect("live entry");
         let spare = &mut self.spare_slots;
-        self.rolls += roll(e, &self.kinds, &hop, bi, spare); // not freed: the event joins it
+        // Not freed: the event joins it.
+        self.rolls += roll(e, &self.kinds, &hop, &self.views, bi, spare);
         let at = match e.ring.back() {
             Some(b) if b.idx == bi => e.ring.len() - 1,
             Some(b) if b.idx > bi => match e.ring.binary_search_by_key(&bi, |b| b.idx) {
                 Ok(i) => i,
                 Err(i) => {
                     e.ring.insert(i, Bucket { idx: bi, raw: vec![], parts: spare.take(n) });
-                    if i < e.absorbed {
-                        e.absorbed += 1; // an empty closed bucket: the window only refolds
-                        refold(e, &self.kinds, spare);
+                    for w in e.wins.iter_mut() {
+                        if i < w.lo {
+                            w.lo += 1;
+                            w.hi += 1;
+                        } else if i < w.hi {
+                            // An empty closed bucket inside: the window only refolds (the
+                            // next roll lets it go if it is older than the window).
+                            w.hi += 1;
+                            refold(w, &e.ring, &self.kinds, spare);
+                        }
                     }
+                    e.at = i64::MIN;
                     i
                 }
             },
@@ -879,6 +992,9 @@ impl GroupTable {
                     (vec![], spare.take(n))
                 };
                 e.ring.push_back(Bucket { idx: bi, raw, parts });
+                if bi < e.at {
+                    e.at = i64::MIN; // closed already: the next roll takes it in
+                }
                 e.ring.len() - 1
             }
         };
@@ -905,31 +1021,35 @@ impl GroupTable {
     /// slot out of order).
     pub fn rebuild(&mut self) {
         for e in self.entries.iter_mut().flatten() {
-            refold(e, &self.kinds, &mut self.spare_slots);
-        }
-    }
-
-    /// A copy of slot `slot`'s window state of key `key` as it would be at bucket `b`.
-    pub fn state_at(&self, space: &KeySpace, key: &[Val], slot: usize, b: i64) -> Option<State> {
-        let id = self.find(space, key)?;
-        match self.hop {
-            None => self.window(space, id, slot).cloned(),
-            Some(hop) => {
-                let mut e = self.entry(id).clone();
-                let mut spare = self.spare_slots.layout();
-                roll(&mut e, &self.kinds, &hop, b, &mut spare);
-                if e.states.is_empty() && e.absorbed == 1 {
-                    make_parts(&mut e.ring[0], &self.kinds, &mut spare);
-                }
-                e.window(slot).cloned()
+            for w in e.wins.iter_mut() {
+                refold(w, &e.ring, &self.kinds, &mut self.spare_slots);
             }
         }
     }
 
-    /// Calendar entries holding window states apart from their buckets' partials (a debug
+    /// A copy of view `view`'s slot `slot` window state of key `key` as it would be at
+    /// bucket `b` (`slot`: the table's).
+    pub fn state_at(&self, space: &KeySpace, key: &[Val], view: usize, slot: usize, b: i64)
+                    -> Option<State> {
+        let id = self.find(space, key)?;
+        match self.hop {
+            None => self.window(space, id, view, slot).cloned(),
+            Some(hop) => {
+                let mut e = self.entry(id).clone();
+                let mut spare = self.spare_slots.layout();
+                roll(&mut e, &self.kinds, &hop, &self.views, b, &mut spare);
+                if let Some(lo) = e.one_raw(view) {
+                    make_parts(&mut e.ring[lo], &self.kinds, &mut spare);
+                }
+                e.window(view, slot).cloned()
+            }
+        }
+    }
+
+    /// Calendar windows holding states apart from their buckets' partials (a debug
     /// counter: tests check that a window of one closed bucket is not held twice).
     pub fn held_windows(&self) -> usize {
-        self.entries.iter().flatten().filter(|e| e.holds_window()).count()
+        self.entries.iter().flatten().map(|e| e.held()).sum()
     }
 
     /// Buckets keeping their events raw (a debug counter: tests check that a bucket of a few
@@ -978,21 +1098,16 @@ impl GroupTable {
             if let Some(space) = space {
                 space.release(id);
             }
+            self.tick += 1;
             for bk in e.ring.drain(..) {
                 self.spare_slots.give(bk.parts);
                 self.spare_slots.give_raw(bk.raw);
             }
-            e.absorbed = 0;
-            if self.hop.is_some() {
-                self.spare_slots.give(std::mem::take(&mut e.states));
+            for w in e.wins.iter_mut() {
+                self.spare_slots.give(std::mem::take(&mut w.states));
             }
             if self.spare.len() < SPARE_MAX {
-                // The next new key takes these states emptied (W1's 120 windows make and
-                // free an entry per window for most events: no allocation for its states).
-                for st in e.states.iter_mut().flatten() {
-                    st.clear();
-                }
-                self.spare.push(e);
+                self.spare.push(e); // its ring and windows' vectors, for the next new key
             }
         }
     }
@@ -1048,15 +1163,15 @@ impl GroupTable {
                     // Partials of the old slots, before they are mapped to the new ones.
                     make_parts(b, &self.kinds, &mut self.spare_slots);
                 }
-                if self.hop.is_none() || !e.states.is_empty() {
-                    let mut old: Vec<Option<State>> = std::mem::take(&mut e.states);
-                    e.states = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
+                for w in e.wins.iter_mut().filter(|w| !w.states.is_empty()) {
+                    let mut old: Vec<Option<State>> = std::mem::take(&mut w.states);
+                    w.states = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
                 }
                 for b in e.ring.iter_mut() {
                     let mut old: Vec<Option<State>> = std::mem::take(&mut b.parts);
                     b.parts = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
                 }
-                if e.states.iter().all(|s| s.is_none()) && e.ring.is_empty() {
+                if entry_dead(e) {
                     dead.push(id as u32);
                 }
             }
@@ -1064,16 +1179,85 @@ impl GroupTable {
         for id in dead {
             self.remove(id, Some(space));
         }
+        if self.fed {
+            // Slots the buckets have no events for yet: a backfill fills them once, for
+            // every view (see `unfilled`).
+            for (sid, _, _) in &slots {
+                if !self.sids.contains(sid) && !self.unfilled.contains(sid) {
+                    self.unfilled.push(sid.clone());
+                }
+            }
+        }
+        self.unfilled.retain(|u| slots.iter().any(|s| s.0 == *u));
         self.spare_slots.clear(); // vectors of the old slots' width and kinds
         self.read_parts.clear();
         self.read_id = u32::MAX;
-        for e in self.spare.iter_mut() {
-            e.states.clear();
-        }
+        self.tick += 1;
         self.sids = slots.iter().map(|s| s.0.clone()).collect();
         self.kinds = slots.iter().map(|s| s.1).collect();
         self.inputs = slots.iter().map(|s| s.2).collect();
         self.spare_slots.set_layout(&self.inputs);
+    }
+
+    /// Take a new list of views (calendar tables): a view keeps its windows by gid, a new
+    /// view's windows start empty and fill at the next roll of each key (it joins a table
+    /// that holds nothing: see `fed`), a view that left gives its windows' states back. The
+    /// buckets are kept for the largest view.
+    pub fn set_views(&mut self, views: Vec<View>) {
+        let map: Vec<Option<usize>> =
+            views.iter().map(|v| self.views.iter().position(|o| o.gid == v.gid)).collect();
+        if self.fed {
+            // A slot a view did not read before: its windows' states of that slot may be
+            // none (a view restored beside others), so a backfill fills it anew, for all.
+            for (v, m) in views.iter().zip(&map) {
+                for sid in &v.sids {
+                    let had = m.is_some_and(|i| self.views[i].sids.contains(sid));
+                    if !had && !self.unfilled.contains(sid) {
+                        self.unfilled.push(sid.clone());
+                    }
+                }
+            }
+        }
+        for e in self.entries.iter_mut().flatten() {
+            let mut old = std::mem::take(&mut e.wins);
+            e.wins = map.iter().map(|m| m.map_or_else(Win::default, |i| std::mem::take(&mut old[i])))
+                .collect();
+            for w in old {
+                self.spare_slots.give(w.states);
+            }
+            e.at = i64::MIN;
+        }
+        for e in self.spare.iter_mut() {
+            e.wins.clear();
+        }
+        if let Some(h) = self.hop.as_mut() {
+            h.m = views.iter().map(|v| v.m).max().unwrap_or(h.m);
+        }
+        self.views = views;
+        self.tick += 1;
+    }
+
+    /// Empty table slot `slot` in every bucket and window (before a backfill fills it anew).
+    pub fn clear_slot(&mut self, slot: usize) {
+        for e in self.entries.iter_mut().flatten() {
+            for b in e.ring.iter_mut() {
+                make_parts(b, &self.kinds, &mut self.spare_slots);
+                if let Some(p) = b.parts.get_mut(slot) {
+                    *p = None;
+                }
+            }
+            for w in e.wins.iter_mut() {
+                if let Some(p) = w.states.get_mut(slot) {
+                    *p = None;
+                }
+            }
+        }
+        self.tick += 1;
+    }
+
+    /// View `view`'s slot `slot` as a table slot.
+    pub fn slot_of(&self, view: usize, slot: usize) -> usize {
+        self.views.get(view).map_or(slot, |v| v.slots[slot])
     }
 
     /// Rewrite the event positions of every state through `map` (see `State::renumber`).
@@ -1117,9 +1301,13 @@ impl GroupTable {
         out
     }
 
-    /// Every entry (`digest`: only entries holding a non-empty state, for the logical digest).
+    /// Every entry (`digest`: only entries holding a non-empty state, for the logical digest);
+    /// of view `view` for a calendar table, written as a table of that one window was.
     pub fn write(&self, py: Python<'_>, out: &mut Out, strings: &Interner, space: &KeySpace,
-                 digest: bool) {
+                 view: usize, digest: bool) {
+        if self.hop.is_some() {
+            return self.write_view(py, out, strings, space, view, digest);
+        }
         out.u32(self.sids.len() as u32);
         for s in &self.sids {
             out.bytes(s.as_bytes());
@@ -1130,61 +1318,90 @@ impl GroupTable {
             .filter(|(_, id)| !digest || !self.dead(space, *id))
             .collect();
         out.u32(kept.len() as u32);
-        let state = |out: &mut Out, s: &Option<State>| match s {
-            Some(s) if !(digest && s.empty()) => {
-                out.u8(1);
-                s.write(py, out, strings);
-            }
-            _ => out.u8(0),
-        };
         for (k, id) in kept {
             out.buf.extend_from_slice(&k);
-            let states = self.states_of(space, id);
-            if states.is_empty() {
-                // A calendar window of at most one closed bucket: no states of its own.
-                for _ in 0..self.sids.len() {
-                    out.u8(0);
-                }
+            for s in self.states_of(space, id) {
+                write_state(py, out, strings, s.as_ref(), digest);
             }
-            for s in states {
-                state(out, s);
+            out.u32(0); // a plain table: no buckets
+            out.u32(0);
+        }
+    }
+
+    /// View `view` of a calendar table as the table of that one window wrote it: its slots,
+    /// and per key its window's own states (none while it holds one closed bucket), its
+    /// buckets from its window's start on and how many of them are closed in it.
+    fn write_view(&self, py: Python<'_>, out: &mut Out, strings: &Interner, space: &KeySpace,
+                  view: usize, digest: bool) {
+        let (sids, slots): (Vec<String>, Vec<usize>) = match self.views.get(view) {
+            Some(v) => (v.sids.clone(), v.slots.clone()),
+            None => (self.sids.clone(), (0..self.sids.len()).collect()),
+        };
+        out.u32(sids.len() as u32);
+        for s in &sids {
+            out.bytes(s.as_bytes());
+        }
+        let none = Win::default();
+        let kept: Vec<_> = self.sorted(py, strings, space)
+            .into_iter()
+            .filter(|(_, id)| {
+                let e = self.entry(*id);
+                if view < e.wins.len() { !e.view_dead(view) } else { !entry_dead(e) }
+            })
+            .collect();
+        out.u32(kept.len() as u32);
+        for (k, id) in kept {
+            out.buf.extend_from_slice(&k);
+            let e = self.entry(id);
+            let w = e.wins.get(view).unwrap_or(&none);
+            for &j in &slots {
+                write_state(py, out, strings, w.states.get(j).and_then(|s| s.as_ref()), digest);
             }
-            let Some(e) = self.entries.get(id as usize).and_then(|e| e.as_ref()) else {
-                out.u32(0); // a plain table: no buckets
-                out.u32(0);
-                continue;
-            };
-            out.u32(e.ring.len() as u32);
-            out.u32(e.absorbed as u32);
-            for b in &e.ring {
+            let ring: Vec<&Bucket> = e.ring.range(w.lo.min(e.ring.len())..).collect();
+            out.u32(ring.len() as u32);
+            out.u32(w.n().min(ring.len()) as u32);
+            for b in ring {
                 out.i64(b.idx);
-                if b.is_raw() {
+                let made;
+                let parts: &[Option<State>] = if b.is_raw() {
                     // Written as its partials: the same bytes as a bucket that made them.
-                    let mut parts: Vec<Option<State>> = vec![None; self.kinds.len()];
+                    let mut p: Vec<Option<State>> = vec![None; self.kinds.len()];
                     let sp = &self.spare_slots;
-                    add_raw(&mut parts, &self.kinds, &sp.cols, sp.stride, &b.raw);
-                    for s in &parts {
-                        state(out, s);
-                    }
-                    continue;
-                }
-                for s in &b.parts {
-                    state(out, s);
+                    add_raw(&mut p, &self.kinds, &sp.cols, sp.stride, &b.raw);
+                    made = p;
+                    &made
+                } else {
+                    &b.parts
+                };
+                for &j in &slots {
+                    write_state(py, out, strings, parts.get(j).and_then(|s| s.as_ref()), digest);
                 }
             }
         }
     }
 
-    /// Read entries written by `write` into this table, mapping slots by sid. `disjoint`:
-    /// refuse a key the table holds already (merging tables built over disjoint keys).
+    /// Clear the ids the last `load` made (before a new one).
+    pub fn begin_load(&mut self) {
+        self.fresh.clear();
+    }
+
+    /// Read entries written by `write` into this table (into view `view` of a calendar
+    /// table), mapping slots by sid. `disjoint`: refuse a key the table holds already
+    /// (merging tables built over disjoint keys; a key this load made for another view of
+    /// the table is the same key, not a second holder).
     pub fn read(&mut self, py: Python<'_>, inp: &mut In<'_>, strings: &mut Interner,
-                space: &mut KeySpace, disjoint: bool) -> PyResult<()> {
+                space: &mut KeySpace, view: usize, disjoint: bool) -> PyResult<()> {
         let n = inp.u32()? as usize;
         let mut sids = Vec::with_capacity(n);
         for _ in 0..n {
             sids.push(String::from_utf8_lossy(inp.bytes()?).to_string());
         }
         let map: Vec<Option<usize>> = sids.iter().map(|s| self.sids.iter().position(|x| x == s)).collect();
+        let calendar = self.hop.is_some();
+        if calendar {
+            self.fed = true;
+            self.tick += 1;
+        }
         let k = inp.u32()?;
         for _ in 0..k {
             let kl = inp.u32()? as usize;
@@ -1192,11 +1409,15 @@ impl GroupTable {
             for _ in 0..kl {
                 key.push(inp.val(py, strings)?);
             }
-            if disjoint && self.find(space, &key).is_some() {
+            let held = self.find(space, &key);
+            if disjoint && held.is_some_and(|id| !self.fresh.contains(&id)) {
                 return Err(pyo3::exceptions::PyValueError::new_err(
                     "a group key held by two of the merged states"));
             }
             let id = self.find_or_insert(space, &key);
+            if held.is_none() {
+                self.fresh.insert(id);
+            }
             let width = self.sids.len();
             let mut states: Vec<Option<State>> = vec![None; width];
             for slot in map.iter() {
@@ -1207,7 +1428,6 @@ impl GroupTable {
             }
             let nb = inp.u32()? as usize;
             let absorbed = inp.u32()? as usize;
-            let calendar = self.hop.is_some();
             if !calendar {
                 let (_, _, slots) = self.slots_mut(space, id);
                 for (slot, st) in slots.iter_mut().zip(states) {
@@ -1225,12 +1445,7 @@ impl GroupTable {
                 }
                 continue;
             }
-            let e = self.entry_mut(id);
-            // A calendar window of one closed bucket is that bucket's partial: states a
-            // snapshot holds for it (files written before windows shared it) are dropped.
-            e.states = if calendar && absorbed.min(nb) < 2 { vec![] } else { states };
-            e.ring.clear();
-            e.absorbed = absorbed.min(nb);
+            let mut buckets = Vec::with_capacity(nb);
             for _ in 0..nb {
                 let idx = inp.i64()?;
                 let mut parts = vec![None; width];
@@ -1240,9 +1455,88 @@ impl GroupTable {
                         parts[*i] = Some(st);
                     }
                 }
-                e.ring.push_back(Bucket { idx, raw: vec![], parts });
+                buckets.push((idx, parts));
             }
+            let kinds = self.kinds.clone();
+            let e = self.entries[id as usize].as_mut().expect("live entry");
+            e.at = i64::MIN;
+            merge_view(e, view, buckets, absorbed.min(nb), states, &kinds, &mut self.spare_slots);
         }
         Ok(())
+    }
+}
+
+/// One state of a snapshot: a flag, then the state (`digest`: an empty state as none).
+fn write_state(py: Python<'_>, out: &mut Out, strings: &Interner, s: Option<&State>, digest: bool) {
+    match s {
+        Some(s) if !(digest && s.empty()) => {
+            out.u8(1);
+            s.write(py, out, strings);
+        }
+        _ => out.u8(0),
+    }
+}
+
+/// Merge view `view`'s buckets and window, as a snapshot holds them, into entry `e`: buckets
+/// another view of the table brought already are the same buckets (their missing slots are
+/// filled in), new ones go in order. The view's window is its first `absorbed` buckets,
+/// with the states read (the fold of its buckets when the ring holds others between them:
+/// views written apart, at different rolls). Views with nothing read roll into their window
+/// from the ring at the next roll.
+fn merge_view(e: &mut Entry, view: usize, buckets: Vec<(i64, Vec<Option<State>>)>, absorbed: usize,
+              states: Vec<Option<State>>, kinds: &[Kind], spare: &mut Spare) {
+    let mut places = Vec::with_capacity(buckets.len());
+    for (idx, parts) in buckets {
+        match e.ring.binary_search_by_key(&idx, |b| b.idx) {
+            Ok(i) => {
+                make_parts(&mut e.ring[i], kinds, spare);
+                let have = &mut e.ring[i].parts;
+                have.resize(kinds.len(), None);
+                for (h, p) in have.iter_mut().zip(parts) {
+                    if h.is_none() {
+                        *h = p;
+                    }
+                }
+                places.push(i);
+            }
+            Err(i) => {
+                e.ring.insert(i, Bucket { idx, raw: vec![], parts });
+                for p in places.iter_mut().filter(|p| **p >= i) {
+                    *p += 1;
+                }
+                for (v, w) in e.wins.iter_mut().enumerate() {
+                    if v == view {
+                        continue;
+                    }
+                    if i < w.lo {
+                        w.lo += 1;
+                        w.hi += 1;
+                    } else if i < w.hi {
+                        w.hi += 1; // written at another roll: the window refolds below
+                        refold(w, &e.ring, kinds, spare);
+                    }
+                }
+                places.push(i);
+            }
+        }
+    }
+    if view >= e.wins.len() {
+        return; // a table with no views (a group no metric uses): only its buckets matter
+    }
+    let w = &mut e.wins[view];
+    spare.give(std::mem::take(&mut w.states));
+    match places.first() {
+        None => {
+            (w.lo, w.hi) = (0, 0); // nothing of its own: it rolls into its window later
+        }
+        Some(&lo) => {
+            let hi = if absorbed == 0 { lo } else { places[absorbed - 1] + 1 };
+            (w.lo, w.hi) = (lo, hi);
+            if hi - lo != absorbed {
+                refold(w, &e.ring, kinds, spare);
+            } else if absorbed >= 2 {
+                w.states = states;
+            }
+        }
     }
 }

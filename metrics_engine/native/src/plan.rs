@@ -17,7 +17,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
 use crate::aggregations::{lower as finalize, Func, Kind, State};
-use crate::keyed::{GroupTable, Hop, Input, KeySpace};
+use crate::keyed::{GroupTable, Hop, Input, KeySpace, View};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
 use crate::predicate::{truthy, Node, PVal};
@@ -65,6 +65,7 @@ struct Window {
 }
 
 struct Output {
+    /// The group (`Core::groups`): a table, and the view of it for a calendar window.
     table: usize,
     key_fields: Vec<usize>,
     window: usize,
@@ -83,6 +84,10 @@ struct Row {
 struct Core {
     windows: Vec<Window>,
     tables: Vec<GroupTable>,
+    /// Per group node (gid, in `StreamCore::gids` order): its table and its view there.
+    /// Calendar windows of one group-by, filter and bucket width are views of one table,
+    /// which holds their buckets once (keyed.rs `View`).
+    groups: Vec<(usize, usize)>,
     /// Key spaces (one per group-by field list) and the fields of each.
     spaces: Vec<KeySpace>,
     space_fields: Vec<Vec<usize>>,
@@ -174,15 +179,17 @@ impl Core {
         }
     }
 
-    /// Slot `slot`'s window state of key id `id` in table `t`.
-    fn window(&self, t: usize, id: u32, slot: usize) -> Option<&State> {
+    /// Slot `slot` (the table's) of group `g`'s window state of key id `id`.
+    fn window(&self, g: usize, id: u32, slot: usize) -> Option<&State> {
+        let (t, v) = self.groups[g];
         let tb = &self.tables[t];
-        tb.window(&self.spaces[tb.space], id, slot)
+        tb.window(&self.spaces[tb.space], id, v, slot)
     }
 
-    /// The entry of the row's key in `table` as of time `t` (a calendar table rolls it first).
-    /// Returns (table, key id), for `GroupTable::window`.
-    fn read(&mut self, table: usize, row: &mut Row, t: i64) -> Option<(usize, u32)> {
+    /// The entry of the row's key in group `g`'s table as of time `t` (a calendar table rolls
+    /// it first). Returns (group, key id), for `Core::window`.
+    fn read(&mut self, g: usize, row: &mut Row, t: i64) -> Option<(usize, u32)> {
+        let (table, view) = self.groups[g];
         let s = self.tables[table].space;
         let id = self.kid(row, s, false)?;
         let tb = &mut self.tables[table];
@@ -193,9 +200,9 @@ impl Core {
             if !tb.roll(id, hop.bucket(t), Some(&mut self.spaces[s])) {
                 return None;
             }
-            tb.readable(id);
+            tb.readable(id, view);
         }
-        Some((table, id))
+        Some((g, id))
     }
 
     fn evict(&mut self, w: usize, row: &mut Row, ts: i64, pos: u64) -> Result<(), String> {
@@ -253,7 +260,7 @@ pub struct StreamCore {
     order: Vec<usize>,
     outputs: Vec<Output>,
     core: Core,
-    gids: Vec<String>, // gid of each table, aligned with core.tables
+    gids: Vec<String>, // gid of each group node, aligned with core.groups
     strings: Interner,
     cur: Row,
     tmp: Row,
@@ -976,7 +983,8 @@ impl StreamCore {
         Ok(StreamCore {
             res, chunks, input_error, invariant, fields: vec![], preds: vec![], cursors: vec![],
             order: vec![], outputs: vec![],
-            core: Core { windows: vec![], tables: vec![], spaces: vec![], space_fields: vec![],
+            core: Core { windows: vec![], tables: vec![], groups: vec![], spaces: vec![],
+                         space_fields: vec![],
                          space_names: vec![],
                          key: vec![] },
             gids: vec![],
@@ -1014,10 +1022,21 @@ impl StreamCore {
         let mut spaces: Vec<KeySpace> = vec![];
         let mut space_fields: Vec<Vec<usize>> = vec![];
         let mut space_names: Vec<Vec<String>> = vec![];
-        let mut old_tables: FxHashMap<String, GroupTable> =
-            self.gids.drain(..).zip(self.core.tables.drain(..)).collect();
-        let mut index: FxHashMap<String, usize> = FxHashMap::default();
+        let old_groups = std::mem::take(&mut self.core.groups);
+        let old_table_of: FxHashMap<String, usize> =
+            self.gids.drain(..).zip(old_groups.iter().map(|g| g.0)).collect();
+        let mut old_tables: Vec<Option<GroupTable>> = self.core.tables.drain(..).map(Some).collect();
+        let mut moved: FxHashMap<usize, usize> = FxHashMap::default(); // old table -> new
+        let mut index: FxHashMap<String, usize> = FxHashMap::default(); // gid -> group
+        let mut group_refs: Vec<(usize, usize)> = vec![];
         let mut tables: Vec<GroupTable> = vec![];
+        // Per table: its group nodes (gid, calendar window size, slots, window), in plan order.
+        let mut members: Vec<Vec<(String, Option<Hop>, Vec<(String, Kind, Input)>, usize)>> = vec![];
+        // Calendar tables by what their windows must share to share buckets: key space, bucket
+        // width and alignment, filter, start and tail.
+        let mut families: FxHashMap<(usize, i64, i64, Option<usize>, u64, usize), Vec<usize>> =
+            FxHashMap::default();
+        let mut routed: Vec<bool> = vec![];
         let mut wins = vec![];
         for (wi, (start_pos, tail, head, routes, hop)) in windows.into_iter().enumerate() {
             let tail = self.cursor_index(tail)?;
@@ -1050,13 +1069,10 @@ impl StreamCore {
                             spaces.len() - 1
                         }
                     };
-                    let ti = *index.entry(gid.clone()).or_insert_with(|| {
-                        let mut t = old_tables.remove(&gid).unwrap_or_else(|| GroupTable::new(si));
-                        t.space = si;
-                        tables.push(t);
-                        self.gids.push(gid.clone());
-                        tables.len() - 1
-                    });
+                    if index.contains_key(&gid) {
+                        return Err(pyo3::exceptions::PyValueError::new_err(
+                            format!("group {gid} in two places of the plan")));
+                    }
                     let mut ss = vec![];
                     for (sid, kind, arg, input, idx) in slots {
                         let inp = match input.as_str() {
@@ -1066,26 +1082,97 @@ impl StreamCore {
                         };
                         ss.push((sid, Kind::parse(&kind, arg)?, inp));
                     }
-                    tables[ti].set_slots(ss, &mut spaces[si]);
-                    tables[ti].hop = hop;
-                    gs.push(GroupRoute { table: ti });
+                    let family = hop.map(|h| (si, h.every, h.align, pred, start_pos, tail));
+                    let ti = match old_table_of.get(&gid) {
+                        // A table carries over with its group nodes.
+                        Some(&ot) if old_tables[ot].is_some() || moved.contains_key(&ot) => {
+                            *moved.entry(ot).or_insert_with(|| {
+                                let mut t = old_tables[ot].take().expect("an old table");
+                                t.space = si;
+                                tables.push(t);
+                                members.push(vec![]);
+                                routed.push(false);
+                                tables.len() - 1
+                            })
+                        }
+                        // A new calendar window joins a table of its family that holds
+                        // nothing yet (W2 defines its windows before any event).
+                        _ => match family.and_then(|f| families.get(&f))
+                            .and_then(|ts| ts.iter().copied().find(|&t| !tables[t].fed)) {
+                            Some(t) => t,
+                            None => {
+                                tables.push(GroupTable::new(si));
+                                members.push(vec![]);
+                                routed.push(false);
+                                tables.len() - 1
+                            }
+                        },
+                    };
+                    if let Some(f) = family {
+                        let ts = families.entry(f).or_default();
+                        if !ts.contains(&ti) {
+                            ts.push(ti);
+                        }
+                    }
+                    members[ti].push((gid.clone(), hop, ss, wi));
+                    index.insert(gid.clone(), group_refs.len());
+                    group_refs.push((ti, members[ti].len() - 1));
+                    self.gids.push(gid);
+                    if !routed[ti] {
+                        // One route per table: the first window inserts for all its views.
+                        routed[ti] = true;
+                        gs.push(GroupRoute { table: ti });
+                    }
                 }
                 rs.push(Route { pred, groups: gs });
             }
             wins.push(Window { start_pos, tail, head, routes: rs });
         }
+        for (t, mem) in tables.iter_mut().zip(members) {
+            let si = t.space;
+            match mem[0].1 {
+                None => {
+                    // A sliding window's table: one group node.
+                    let (_, _, ss, _) = mem.into_iter().next().expect("a member");
+                    t.hop = None;
+                    t.set_slots(ss, &mut spaces[si]);
+                }
+                Some(h) => {
+                    // A calendar table: the union of its views' slots, in plan order.
+                    let mut all: Vec<(String, Kind, Input)> = vec![];
+                    for (_, _, ss, _) in &mem {
+                        for s in ss {
+                            if !all.iter().any(|a| a.0 == s.0) {
+                                all.push(s.clone());
+                            }
+                        }
+                    }
+                    let views = mem.into_iter().map(|(gid, hop, ss, window)| View {
+                        slots: ss.iter().map(|s| all.iter().position(|a| a.0 == s.0).unwrap()).collect(),
+                        sids: ss.into_iter().map(|s| s.0).collect(),
+                        m: hop.map_or(h.m, |x| x.m), gid, window,
+                    }).collect();
+                    if t.hop.is_none() {
+                        t.hop = Some(h);
+                    }
+                    t.set_views(views);
+                    t.set_slots(all, &mut spaces[si]);
+                }
+            }
+        }
         let mut outs = vec![];
         for (gid, key_fields, window, pred, metrics) in outputs {
-            let table = *index.get(&gid).ok_or_else(|| {
+            let g = *index.get(&gid).ok_or_else(|| {
                 pyo3::exceptions::PyValueError::new_err(format!("output of unknown group {gid}"))
             })?;
+            let (ti, v) = group_refs[g];
             let metrics = metrics.into_iter()
-                .map(|(n, s, f)| Ok((n, s, Func::parse(&f)?)))
+                .map(|(n, s, f)| Ok((n, tables[ti].slot_of(v, s), Func::parse(&f)?)))
                 .collect::<PyResult<Vec<_>>>()?;
-            outs.push(Output { table, key_fields, window, pred, metrics });
+            outs.push(Output { table: g, key_fields, window, pred, metrics });
         }
         // Tables that left the plan give their keys back to the spaces that stay.
-        for (_, mut t) in old_tables {
+        for mut t in old_tables.into_iter().flatten() {
             if let Some(&si) = old_names.get(t.space).and_then(|n| space_index.get(n)) {
                 t.release_all(&mut spaces[si]);
             }
@@ -1109,6 +1196,7 @@ impl StreamCore {
             }
         }
         self.core.tables = tables;
+        self.core.groups = group_refs;
         self.core.spaces = spaces;
         self.core.space_fields = space_fields;
         self.core.space_names = space_names;
@@ -1298,13 +1386,40 @@ impl StreamCore {
     #[pyo3(signature = (window, start, end, only=None))]
     fn fill(&mut self, py: Python<'_>, window: usize, start: u64, end: u64,
             only: Option<(String, String)>) -> PyResult<()> {
+        let (mut window, mut start) = (window, start);
         let only = match only {
             None => None,
             Some((gid, sid)) => {
-                let t = self.gids.iter().position(|g| *g == gid)
+                let g = self.gids.iter().position(|g| *g == gid)
                     .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(gid.clone()))?;
-                let s = self.core.tables[t].sids.iter().position(|x| *x == sid)
+                let (t, v) = self.core.groups[g];
+                let tb = &self.core.tables[t];
+                let s = tb.views.get(v).map_or(&tb.sids, |v| &v.sids).iter().position(|x| *x == sid)
                     .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(sid.clone()))?;
+                let s = tb.slot_of(v, s);
+                if tb.views.len() > 1 {
+                    // A slot of a table that other windows share: filled once, for every
+                    // view, from the start of the largest one's window, through the window
+                    // that inserts into the table.
+                    if !tb.unfilled.contains(&sid) {
+                        return Ok(()); // no event came since the slot was added
+                    }
+                    let mut from = u64::MAX;
+                    for view in &tb.views {
+                        let w = &self.core.windows[view.window];
+                        let head = w.head.map_or(w.start_pos, |h| self.cursors[h].pos);
+                        from = from.min(w.start_pos.max(head));
+                    }
+                    start = from;
+                    window = self.core.windows.iter()
+                        .position(|w| w.routes.iter().any(|r| r.groups.iter().any(|g| g.table == t)))
+                        .ok_or_else(|| self.invariant(py, format!("no window inserts into {gid}")))?;
+                }
+                let tb = &mut self.core.tables[t];
+                if tb.views.len() > 1 {
+                    tb.clear_slot(s);
+                }
+                tb.unfilled.retain(|u| *u != sid);
                 Some((t, s))
             }
         };
@@ -1383,15 +1498,16 @@ impl StreamCore {
             let o = &self.outputs[oi];
             (o.table, o.window, o.pred, o.key_fields.clone())
         };
+        let (table, view) = self.core.groups[table];
         let t = &self.core.tables[table];
         let space = &self.core.spaces[t.space];
         let (kind, inp) = (t.kinds[slot], t.inputs[slot]);
         if let Some(hop) = t.hop {
             // Every ingested event is in a bucket already: roll a copy to `ts`.
-            let st = t.state_at(space, &want, slot, hop.bucket(ts));
+            let st = t.state_at(space, &want, view, slot, hop.bucket(ts));
             return Ok(finalize(py, func, st.as_ref(), ts, &self.strings));
         }
-        let mut st = t.find(space, &want).and_then(|id| t.window(space, id, slot).cloned())
+        let mut st = t.find(space, &want).and_then(|id| t.window(space, id, view, slot).cloned())
             .unwrap_or_else(|| State::new(kind));
         let (start_pos, tail, head) = {
             let w = &self.core.windows[window];
@@ -1439,15 +1555,19 @@ impl StreamCore {
         let mut order: Vec<usize> = (0..self.gids.len()).collect();
         order.sort_by(|a, b| self.gids[*a].cmp(&self.gids[*b]));
         out.u32(order.len() as u32);
+        let mut rolled: FxHashMap<usize, GroupTable> = FxHashMap::default();
         for i in order {
             out.bytes(self.gids[i].as_bytes());
-            let t = &self.core.tables[i];
+            let (ti, v) = self.core.groups[i];
+            let t = &self.core.tables[ti];
             let space = &self.core.spaces[t.space];
             match (digest, t.hop, last) {
                 (true, Some(hop), Some(l)) => {
-                    t.rolled_to(hop.bucket(l)).write(py, &mut out, &self.strings, space, digest)
+                    // One rolled copy per table, written once per view.
+                    let r = rolled.entry(ti).or_insert_with(|| t.rolled_to(hop.bucket(l)));
+                    r.write(py, &mut out, &self.strings, space, v, digest)
                 }
-                _ => t.write(py, &mut out, &self.strings, space, digest),
+                _ => t.write(py, &mut out, &self.strings, space, v, digest),
             }
         }
         Ok(PyBytes::new(py, &out.buf))
@@ -1478,19 +1598,23 @@ impl StreamCore {
             return Ok(());
         }
         let n = inp.u32()?;
+        for t in self.core.tables.iter_mut() {
+            t.begin_load();
+        }
         for _ in 0..n {
             let gid = String::from_utf8_lossy(inp.bytes()?).to_string();
             let mut scratch = GroupTable::new(0);
             let mut scratch_space = KeySpace::default();
-            let (t, space) = match self.gids.iter().position(|g| *g == gid) {
+            let (t, space, v) = match self.gids.iter().position(|g| *g == gid) {
                 Some(i) => {
-                    let t = &mut self.core.tables[i];
+                    let (ti, v) = self.core.groups[i];
+                    let t = &mut self.core.tables[ti];
                     let s = t.space;
-                    (t, &mut self.core.spaces[s])
+                    (t, &mut self.core.spaces[s], v)
                 }
-                None => (&mut scratch, &mut scratch_space), // a group no metric uses any more
+                None => (&mut scratch, &mut scratch_space, 0), // a group no metric uses any more
             };
-            t.read(py, &mut inp, &mut self.strings, space, disjoint)?;
+            t.read(py, &mut inp, &mut self.strings, space, v, disjoint)?;
         }
         Ok(())
     }

@@ -1,0 +1,240 @@
+"""Calendar windows of one group-by, filter and bucket width share their buckets (views of one
+table, keyed.rs `View`): each window's values stay exact against the brute force for every
+event, across snapshots and restores, aggregates and windows added or dropped while running,
+and key partitions merged."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from metrics_engine.engine import Engine
+from metrics_engine.language import parse
+from metrics_engine.partitions import (
+    PartialState,
+    assemble,
+    cursor_times,
+    prepare,
+    reservoir_dir,
+)
+from metrics_engine.reservoir import write_segment
+
+from .oracle import expected, same
+
+T0 = 1_700_006_400_000  # a UTC midnight
+AGGS = ("COUNT(*), SUM(amount), AVG(amount), MIN(amount), MAX(amount), STDDEV(amount), "
+        "SKEWNESS(amount), COUNT(DISTINCT merchant), OLDEST(amount), RECENT(merchant), "
+        "RATIO(channel = 'cnp'), TIME_SINCE_LAST()")
+OPTS = dict(fsync=False, chunk_bytes_target=1024, segment_bytes_max=8192)
+SIZES = (2, 5, 9)  # seconds, by 1 second: views of one table per group-by and filter
+
+
+def _texts(aggs: str = AGGS) -> list[str]:
+    out = []
+    for group in ("GROUP BY card", "GROUP BY card, channel"):
+        for m in SIZES:
+            out.append(f"SELECT {aggs} FROM payments {group} HOPPING {m} SECONDS EVERY 1 SECOND")
+    # A filtered group-by (its windows share a table of their own) and another bucket width.
+    for m in (5, 9):
+        out.append(f"SELECT {aggs} FROM payments WHERE amount > 0 GROUP BY merchant "
+                   f"HOPPING {m} SECONDS EVERY 1 SECOND")
+    out.append(f"SELECT {aggs} FROM payments GROUP BY card HOPPING 6 SECONDS EVERY 2 SECONDS")
+    return out
+
+
+def _stream(n: int, seed: int) -> list[tuple[int, dict]]:
+    rng = random.Random(seed)
+    t, out = T0, []
+    for _ in range(n):
+        t += rng.choice([0, 100, 400, 999, 1000, 1500, 3000, 12_000])
+        out.append((t, {"card": rng.choice(["a", "b", "c", 1]),
+                        "merchant": rng.choice(["m1", "m2", "m3", None]),
+                        "channel": rng.choice(["cnp", "cp"]),
+                        "amount": rng.choice([rng.randrange(-50, 100), None, 2.5,
+                                              round(rng.uniform(-1e3, 1e3), 2)])}))
+    return out
+
+
+def _check(defs, stream, got, start=0):
+    for d in defs:
+        want = expected(d, stream)
+        for i in range(start, len(stream)):
+            g = got[i - start][d.name]
+            assert same(g, want[i]), (d.name, i, g, want[i])
+
+
+def _core(eng: Engine):
+    return eng._plan.streams["payments"].core
+
+
+def test_windows_of_one_group_share_buckets_exact_across_restore(tmp_path):
+    texts = _texts()
+    defs = [d for text in texts for d in parse(text)]
+    stream = _stream(500, 1)
+    ref = Engine(tmp_path / "ref", **OPTS)
+    for text in texts:
+        ref.define(text)
+    ref.ingest("payments", {"card": "solo", "amount": 1, "channel": "cp"}, T0 - 3000)
+    # One bucket of one key per table (card, card x channel, filtered merchant, 2-second
+    # buckets), not one per window.
+    assert _core(ref).raw_buckets() == 4
+    got = [ref.ingest("payments", ev, t) for t, ev in stream]
+    full = [(T0 - 3000, {"card": "solo", "amount": 1, "channel": "cp"})] + stream
+    _check(defs, full, got, start=1)
+    cut = len(full) // 2
+    a = Engine(tmp_path / "a", **OPTS)
+    for text in texts:
+        a.define(text)
+    for t, ev in full[:cut]:
+        a.ingest("payments", ev, t)
+    a.snapshot(tmp_path / "snap")
+    b = Engine(tmp_path / "b", **OPTS)
+    b.restore(tmp_path / "snap")
+    assert b.digest() == a.digest()
+    got_b = [b.ingest("payments", ev, t) for t, ev in full[cut:]]
+    assert got_b == got[cut - 1:]
+    assert b.digest() == ref.digest()
+    for e in (a, b, ref):
+        e.close()
+
+
+def test_aggregates_and_windows_added_while_running_are_filled_exactly(tmp_path):
+    """COUNT over three windows of one table before any event; then SUM, MAX, OLDEST, COUNT
+    DISTINCT added to the largest window (its table's new slots filled once, for every view,
+    from the largest window's start), then to the smallest (the slots are there already),
+    and a fourth window of the same group-by (the table holds events: a table of its own)."""
+    first = [f"SELECT COUNT(*) AS n{m} FROM payments GROUP BY card "
+             f"HOPPING {m} SECONDS EVERY 1 SECOND" for m in SIZES]
+    later = [f"SELECT SUM(amount) AS s{m}, MAX(amount) AS x{m}, OLDEST(amount) AS o{m}, "
+             f"COUNT(DISTINCT merchant) AS d{m} FROM payments GROUP BY card "
+             f"HOPPING {m} SECONDS EVERY 1 SECOND" for m in (9, 2, 5)]
+    later.append(f"SELECT {AGGS} FROM payments GROUP BY card HOPPING 4 SECONDS EVERY 1 SECOND")
+    stream = _stream(400, 2)
+    eng = Engine(tmp_path / "e", **OPTS)
+    for text in first:
+        eng.define(text)
+    half = 200
+    got = [eng.ingest("payments", ev, t) for t, ev in stream[:half]]
+    _check([d for text in first for d in parse(text)], stream[:half], got)
+    for text in later:
+        eng.define(text)
+    got = [eng.ingest("payments", ev, t) for t, ev in stream[half:]]
+    defs = [d for text in first + later for d in parse(text)]
+    _check(defs, stream, got, start=half)
+    t_last = stream[-1][0]
+    for d in defs:
+        if d.func in ("time_since_last", "ratio", "count"):
+            continue  # the probe event would count itself
+        probe = stream + [(t_last + 1, {"card": "a"})]
+        assert same(eng.query(d.name, "a", t_last + 1), expected(d, probe)[-1]), d.name
+    eng.close()
+
+
+def test_dropping_windows_of_a_shared_table_keeps_the_others_exact(tmp_path):
+    texts = [f"SELECT SUM(amount) AS s{m}, MIN(amount) AS mn{m}, OLDEST(merchant) AS o{m} "
+             f"FROM payments GROUP BY card HOPPING {m} SECONDS EVERY 1 SECOND" for m in SIZES]
+    stream = _stream(450, 3)
+    eng = Engine(tmp_path / "e", **OPTS)
+    for text in texts:
+        eng.define(text)
+    got = [eng.ingest("payments", ev, t) for t, ev in stream[:150]]
+    for name in ("s9", "mn9", "o9"):  # the largest window leaves: buckets kept for 5 seconds
+        eng.drop(name)
+    got += [eng.ingest("payments", ev, t) for t, ev in stream[150:300]]
+    for name in ("s2", "mn2"):
+        eng.drop(name)
+    got += [eng.ingest("payments", ev, t) for t, ev in stream[300:]]
+    defs = {d.name: d for text in texts for d in parse(text)}
+    for name, d in defs.items():
+        want = expected(d, stream)
+        for i, g in enumerate(got):
+            if name in g:
+                assert same(g[name], want[i]), (name, i, g[name], want[i])
+    assert set(got[-1]) == {"s5", "mn5", "o5", "o2"}
+    eng.close()
+
+
+def test_partitions_merged_into_shared_tables_equal_one_engine(tmp_path):
+    """Each view of a shared table is written and read by its own gid: a key comes once per
+    view in a partial state, and is refused only when two partial states hold it."""
+    texts = [f"SELECT SUM(amount) AS s{m}, MAX(amount) AS x{m}, OLDEST(merchant) AS o{m} "
+             f"FROM payments GROUP BY card HOPPING {m} SECONDS EVERY 1 SECOND" for m in SIZES]
+    stream = _stream(900, 4)
+    split = 600
+    live = Engine(tmp_path / "live", **OPTS)
+    for text in texts:
+        live.define(text)
+    for t, ev in stream[:split]:
+        live.ingest("payments", ev, t)
+    head = stream[:split]
+    states = []
+    for part in range(3):
+        ps = PartialState(texts)
+        rows = [(i, t, ev) for i, (t, ev) in enumerate(head)
+                if ["a", "b", "c", 1].index(ev["card"]) % 3 == part]
+        ts = np.array([t for _, t, _ in rows], dtype=np.int64)
+        cols = {f: [ev[f] for _, _, ev in rows] for f in ("card", "merchant", "amount")}
+        ps.ingest(ts, cols, [i for i, _, _ in rows])
+        states.append(ps.finish(head[-1][0], len(head)))
+    d = tmp_path / "assembled"
+    prepare(d, texts)
+    write_segment(reservoir_dir(d, "payments"), 1, 0, head, chunk_bytes_target=1024)
+    ts = np.array([t for t, _ in head])
+    times = cursor_times(list(_core_plan(live).cursors), int(ts[0]), int(ts[-1]))
+    count_le = dict(zip(times.tolist(), np.searchsorted(ts, times, "right").tolist(), strict=True))
+    digest = assemble(d, "payments", states, count_le, int(ts[0]), int(ts[-1]))
+    assert digest == live.digest()
+    restored = Engine(tmp_path / "restored", **OPTS)
+    restored.restore(d)
+    for t, ev in stream[split:]:
+        assert restored.ingest("payments", ev, t) == live.ingest("payments", ev, t)
+    assert restored.digest() == live.digest()
+    d2 = tmp_path / "twice"
+    prepare(d2, texts)
+    write_segment(reservoir_dir(d2, "payments"), 1, 0, head, chunk_bytes_target=1024)
+    with pytest.raises(ValueError, match="two of the merged states"):
+        assemble(d2, "payments", states + states[:1], count_le, int(ts[0]), int(ts[-1]))
+    live.close()
+    restored.close()
+
+
+def _core_plan(eng: Engine):
+    return eng._plan.streams["payments"]
+
+
+def test_windows_restored_into_one_table_then_given_aggregates_stay_exact(tmp_path):
+    """A window added after events gets a table of its own; restored, it is defined before
+    any event and shares its group's table: both snapshots' buckets merge, and a slot one
+    view gains afterwards (held by the other) is filled anew for every view."""
+    a_text = ("SELECT SUM(amount) AS s5 FROM payments GROUP BY card "
+              "HOPPING 5 SECONDS EVERY 1 SECOND")
+    d_text = ("SELECT MAX(amount) AS x9, OLDEST(merchant) AS o9, COUNT(*) AS n9 FROM payments "
+              "GROUP BY card HOPPING 9 SECONDS EVERY 1 SECOND")
+    more = ("SELECT MAX(amount) AS x5, COUNT(*) AS n5 FROM payments GROUP BY card "
+            "HOPPING 5 SECONDS EVERY 1 SECOND")
+    stream = [(T0 + i * 100, {"card": "a", "amount": i, "merchant": "m0", "channel": "cp"})
+              for i in range(3)] + [(t + 1000, ev) for t, ev in _stream(400, 5)]
+    eng = Engine(tmp_path / "e", **OPTS)
+    eng.define(a_text)
+    got = [eng.ingest("payments", ev, t) for t, ev in stream[:3]]
+    eng.define(d_text)  # its group's table holds events: a table of its own
+    got += [eng.ingest("payments", ev, t) for t, ev in stream[3:200]]
+    eng.snapshot(tmp_path / "snap")
+    b = Engine(tmp_path / "b", **OPTS)
+    b.restore(tmp_path / "snap")
+    assert b.digest() == eng.digest()
+    assert _core(b).key_count() < _core(eng).key_count()  # one table, not two
+    b.define(more)
+    got_b = [b.ingest("payments", ev, t) for t, ev in stream[200:]]
+    defs = {d.name: d for text in (a_text, d_text, more) for d in parse(text)}
+    for name, d in defs.items():
+        want = expected(d, stream)
+        for i, g in enumerate(got if name in ("s5", "x9", "o9", "n9") else []):
+            if name in g:
+                assert same(g[name], want[i]), (name, i)
+        for i, g in enumerate(got_b, start=200):
+            assert same(g[name], want[i]), (name, i, g[name], want[i])
+    eng.close()
+    b.close()
