@@ -78,8 +78,7 @@ async def receive_event(svc: Service, event: dict, deadline_ms: int | None,
     limits.check_event(event["event_id"], event["data"], payload)
     _, reply = await _apply(svc, entries.EVENT_RECEIVED, event, payload)
     runs = [presented(r) for r in await svc.wait_runs(reply.runs, deadline_at)]
-    svc.telemetry.count_decisions(runs)
-    svc.telemetry.event_latency.observe((_now_ms() - deadline_at + deadline_ms) / 1000)
+    svc.telemetry.order_answered(runs, (_now_ms() - deadline_at + deadline_ms) / 1000)
     return {"event_id": event["event_id"], "offset": reply.result["offset"],
             "duplicate": reply.result["duplicate"], "runs": runs}
 
