@@ -96,3 +96,22 @@ def test_running_loop_cache_follows_the_running_loop():
     assert asyncio.run(same()) and uvloop.run(same()) and asyncio.run(same())
     with pytest.raises(RuntimeError):
         _running_loop()  # the last loop stopped: none runs here
+
+
+def test_the_round_trip_recorder_folds_values_without_changing_the_histogram():
+    import random
+
+    from hdrh.histogram import HdrHistogram
+
+    rng = random.Random(7)
+    values = [int(rng.lognormvariate(7.5, 1.2)) for _ in range(10_000)]
+    values += [0, 1, 2047, 2048, 2049, 4097, 59_999_999]
+    ref, rec = HdrHistogram(1, 60_000_000, 3), LatencyRecorder()
+    for v in values:
+        ref.record_value(max(1, v))
+        rec.record(v)  # folded every fold_every values, the rest on take
+    got = rec.take()
+    assert got.get_total_count() == ref.get_total_count() == len(values)
+    for p in (0, 50, 90, 99, 99.9, 100):
+        assert got.get_value_at_percentile(p) == ref.get_value_at_percentile(p)
+    assert rec.take().get_total_count() == 0  # take starts a new one
