@@ -30,13 +30,18 @@ def _now_ms() -> int:
 async def _apply(svc: Service, kind: str, payload: dict, raw: bytes | None = None) -> Any:
     """Append ``payload`` (already encoded as ``raw``, when given) and wait until applied."""
     applied = await svc.submit(kind, payload, raw=raw)
+    return applied, reply_checked(svc, applied)
+
+
+def reply_checked(svc: Service, applied: Any) -> Any:
+    """The ``Reply`` apply gave an entry; a refusal raises the 4xx it names."""
     reply = svc.reply_of(applied)
     if not reply.ok:
         status = (reply.result or {}).get("status", 422)
         if status == 404:
             raise NotFound(reply.field or "payload", reply.error or "not found")
         raise RequestInvalid(reply.field or "payload", reply.error or "rejected", status)
-    return applied, reply
+    return reply
 
 
 def _encode(payload: dict) -> bytes:
@@ -70,16 +75,42 @@ async def receive_event(svc: Service, event: dict, deadline_ms: int | None,
                         payload: bytes | None = None) -> dict:
     """``event`` is a validated ``EventIn``; ``payload`` its entry encoding, when the caller
     has it already (the hot path encodes once)."""
+    order = event_order(svc, event, deadline_ms, payload)
+    _, reply = await _apply(svc, entries.EVENT_RECEIVED, event, order.payload)
+    return event_answer(svc, order, reply, await svc.wait_runs(reply.runs, order.deadline_at))
+
+
+class EventOrder:
+    """An order between its checks and its answer (``runner.api.hot`` answers without a task
+    when every run settled at once: the same three steps as ``receive_event``)."""
+
+    __slots__ = ("event", "payload", "deadline_ms", "deadline_at")
+
+    def __init__(self, event: dict, payload: bytes, deadline_ms: int, deadline_at: int) -> None:
+        self.event = event
+        self.payload = payload
+        self.deadline_ms = deadline_ms
+        self.deadline_at = deadline_at
+
+
+def event_order(svc: Service, event: dict, deadline_ms: int | None,
+                payload: bytes | None = None) -> EventOrder:
+    """The checks before an order is appended; a refusal raises the 4xx naming the field."""
     s = svc.settings
     deadline_ms = min(deadline_ms or s.request_deadline_ms_default, s.request_deadline_ms_max)
     deadline_at = _now_ms() + deadline_ms
     if payload is None:
         payload = _encode(event)
     limits.check_event(event["event_id"], event["data"], payload)
-    _, reply = await _apply(svc, entries.EVENT_RECEIVED, event, payload)
-    runs = [presented(r) for r in await svc.wait_runs(reply.runs, deadline_at)]
-    svc.telemetry.order_answered(runs, (_now_ms() - deadline_at + deadline_ms) / 1000)
-    return {"event_id": event["event_id"], "offset": reply.result["offset"],
+    return EventOrder(event, payload, deadline_ms, deadline_at)
+
+
+def event_answer(svc: Service, order: EventOrder, reply: Any, views: list[dict]) -> dict:
+    """The answer to an applied order whose runs are ``views`` (as ``wait_runs`` left them)."""
+    runs = [presented(r) for r in views]
+    svc.telemetry.order_answered(runs, (_now_ms() - order.deadline_at + order.deadline_ms)
+                                 / 1000)
+    return {"event_id": order.event["event_id"], "offset": reply.result["offset"],
             "duplicate": reply.result["duplicate"], "runs": runs}
 
 

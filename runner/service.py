@@ -15,6 +15,7 @@ import logging
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -173,17 +174,32 @@ class Service:
         """Append ``payload`` (``raw``: its encoding, when the caller has it) and wait until
         this node applied it."""
         raw = entries.encode(payload) if raw is None else raw
-        if len(raw) > self.settings.log_entry_bytes_max:  # the log's retention assumes it
-            raise RequestInvalid("body", f"the request is {len(raw)} bytes as a log entry, over "
-                                 f"{self.settings.log_entry_bytes_max}", 413)
+        self.check_entry_size(raw)
         # No concurrent Future between the node and this loop: the node's thread hands the
         # outcome to the loop's inbox, which wakes the loop once for all that arrive together.
         inbox = _inbox()
         waiter = inbox.loop.create_future()
-        timed = self.round_trip if self.node.is_leader else None
-        self.node.submit_to(kind, raw, timeout_s or self.settings.submit_timeout_s,
-                            _Reply(waiter, inbox, timed))
+        self._submit_to(kind, raw, timeout_s, _Reply(_settle_future, waiter, inbox,
+                                                     self._timed()))
         return await waiter
+
+    def submit_then(self, kind: str, raw: bytes, then: Callable[[Any, Any], None],
+                    timeout_s: float | None = None) -> None:
+        """Append ``raw`` (checked by ``check_entry_size``); once this node applied it, call
+        ``then(applied, None)`` (or ``then(None, error)``) on the calling event loop, without a
+        task or a future in between (``runner.api.transport``'s lean orders)."""
+        self._submit_to(kind, raw, timeout_s, _Reply(then, None, _inbox(), self._timed()))
+
+    def check_entry_size(self, raw: bytes) -> None:
+        if len(raw) > self.settings.log_entry_bytes_max:  # the log's retention assumes it
+            raise RequestInvalid("body", f"the request is {len(raw)} bytes as a log entry, over "
+                                 f"{self.settings.log_entry_bytes_max}", 413)
+
+    def _timed(self) -> LatencyRecorder | None:
+        return self.round_trip if self.node.is_leader else None
+
+    def _submit_to(self, kind: str, raw: bytes, timeout_s: float | None, reply: _Reply) -> None:
+        self.node.submit_to(kind, raw, timeout_s or self.settings.submit_timeout_s, reply)
 
     @staticmethod
     def reply_of(applied: Applied) -> Reply:
@@ -349,14 +365,15 @@ def _running_loop() -> asyncio.AbstractEventLoop:
 
 
 class _Reply:
-    """A request's ``replog.node.Sink``: the outcome goes to the waiting request's loop (on the
-    leader, the log round trip, append to applied, is timed too)."""
+    """A request's ``replog.node.Sink``: ``then(arg, result, error)`` runs on the request's
+    loop (on the leader, the log round trip, append to applied, is timed too)."""
 
-    __slots__ = ("waiter", "inbox", "timed", "started")
+    __slots__ = ("then", "arg", "inbox", "timed", "started")
 
-    def __init__(self, waiter: asyncio.Future, inbox: _Inbox,
+    def __init__(self, then: Callable, arg: Any, inbox: _Inbox,
                  timed: LatencyRecorder | None) -> None:
-        self.waiter = waiter
+        self.then = then
+        self.arg = arg
         self.inbox = inbox
         self.timed = timed
         self.started = time.perf_counter_ns() if timed is not None else 0
@@ -364,10 +381,25 @@ class _Reply:
     def set_result(self, result: Applied) -> None:
         if self.timed is not None:
             self.timed.record((time.perf_counter_ns() - self.started) // 1000)
-        self.inbox.put(self.waiter, result, None)
+        self.inbox.put(self, result, None)
 
     def set_exception(self, exception: BaseException) -> None:
-        self.inbox.put(self.waiter, None, exception)
+        self.inbox.put(self, None, exception)
+
+    def settle(self, result: Any, error: BaseException | None) -> None:
+        if self.arg is None:
+            self.then(result, error)
+        else:
+            self.then(self.arg, result, error)
+
+
+def _settle_future(waiter: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if waiter.done():  # the request went away (cancelled)
+        return
+    if error is None:
+        waiter.set_result(result)
+    else:
+        waiter.set_exception(error)
 
 
 class _Inbox:
@@ -379,13 +411,13 @@ class _Inbox:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._items: list[tuple[asyncio.Future, Any, BaseException | None]] = []
+        self._items: list[tuple[_Reply, Any, BaseException | None]] = []
         self._lock = threading.Lock()
         self._scheduled = False
 
-    def put(self, waiter: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    def put(self, reply: _Reply, result: Any, error: BaseException | None) -> None:
         with self._lock:
-            self._items.append((waiter, result, error))
+            self._items.append((reply, result, error))
             if self._scheduled:
                 return
             self._scheduled = True
@@ -398,13 +430,11 @@ class _Inbox:
         with self._lock:
             items, self._items = self._items, []
             self._scheduled = False
-        for waiter, result, error in items:
-            if waiter.done():  # the request went away (cancelled)
-                continue
-            if error is None:
-                waiter.set_result(result)
-            else:
-                waiter.set_exception(error)
+        for reply, result, error in items:
+            try:
+                reply.settle(result, error)
+            except Exception:  # noqa: BLE001 - one request's failure must not lose the others
+                log.exception("settling a request failed")
 
 
 def _inbox() -> _Inbox:

@@ -9,13 +9,13 @@ import threading
 
 import pytest
 
-from runner.service import LatencyRecorder, _inbox, _Reply
+from runner.service import LatencyRecorder, _inbox, _Reply, _settle_future
 
 
 async def _from_thread(settle, timed: LatencyRecorder | None = None) -> asyncio.Future:
     inbox = _inbox()
     waiter = inbox.loop.create_future()
-    reply = _Reply(waiter, inbox, timed)
+    reply = _Reply(_settle_future, waiter, inbox, timed)
     t = threading.Thread(target=settle, args=(reply,))
     t.start()
     try:
@@ -54,7 +54,7 @@ def test_outcomes_arriving_together_wake_the_loop_once():
 
             def settle_all():
                 for i, w in enumerate(waiters):
-                    _Reply(w, inbox, None).set_result(i)
+                    _Reply(_settle_future, w, inbox, None).set_result(i)
 
             t = threading.Thread(target=settle_all)
             t.start()
@@ -62,7 +62,7 @@ def test_outcomes_arriving_together_wake_the_loop_once():
             assert await asyncio.gather(*waiters) == list(range(50))
             assert wakeups == 1
             done = inbox.loop.create_future()
-            _Reply(done, inbox, None).set_result("again")  # after a drain: a new wakeup
+            _Reply(_settle_future, done, inbox, None).set_result("again")  # a new wakeup
             assert await done == "again" and wakeups == 2
         finally:
             del inbox.loop.call_soon_threadsafe
@@ -76,8 +76,8 @@ def test_a_request_gone_away_is_left_alone():
         gone = inbox.loop.create_future()
         gone.cancel()
         kept = inbox.loop.create_future()
-        _Reply(gone, inbox, None).set_result("y")
-        _Reply(kept, inbox, None).set_result("z")
+        _Reply(_settle_future, gone, inbox, None).set_result("y")
+        _Reply(_settle_future, kept, inbox, None).set_result("z")
         assert await kept == "z"
         assert gone.cancelled()
 
