@@ -14,8 +14,10 @@ the figure without it.
 
 Rows, all in the same run:
 - embedded node (file log, one node) under uvicorn (httptools, uvloop) and under granian
-  (ASGI, one worker, uvloop) with the hot path, and under uvicorn with the hot path off (the
-  FastAPI routes alone: the peer that shows what ``runner.api.hot`` saves);
+  (ASGI, one worker, uvloop) with the hot path, under uvicorn with orders served through ASGI
+  (``RAILFLOW_LEAN_ORDERS=false``: what ``runner.api.transport``'s lean orders save), and
+  under uvicorn with the hot path off (the FastAPI routes alone: what ``runner.api.hot``
+  saves);
 - three nodes in cluster mode on infra/'s Kafka, ZooKeeper, HBase and S3 under the default
   server: the leader (HTTP in, append, apply, reply, run store) and each follower (consume,
   apply). Targets P7: ≤ 250 µs on the leader, ≤ 120 µs on a follower.
@@ -120,12 +122,14 @@ def measure(pids: dict[str, int], urls: dict[str, str], url: str, key: str, orde
     return out
 
 
-def _start_embedded(server: str, hot_path: bool) -> tuple[subprocess.Popen, str, str, Path]:
+def _start_embedded(server: str, hot_path: bool, lean: bool = True,
+                    ) -> tuple[subprocess.Popen, str, str, Path]:
     data_dir = Path(tempfile.mkdtemp(prefix=f"railflow-cost-{server}-"))
     port = free_base_port(1)
     env = dict(os.environ, RAILFLOW_MODE="embedded", RAILFLOW_DATA_DIR=str(data_dir),
                RAILFLOW_PORT=str(port), RAILFLOW_SERVER=server,
-               RAILFLOW_HOT_PATH="true" if hot_path else "false")
+               RAILFLOW_HOT_PATH="true" if hot_path else "false",
+               RAILFLOW_LEAN_ORDERS="true" if lean else "false")
     proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "serve"], env=env, cwd=ROOT,
                             stdout=open(data_dir / "node.log", "wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -154,15 +158,17 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run_embedded(report: Report, server: str, hot_path: bool, orders: int, warmup: int,
-                 idle_s: float, repeats: int) -> None:
-    proc, url, key, _ = _start_embedded(server, hot_path)
+def run_embedded(report: Report, server: str, hot_path: bool, lean: bool, orders: int,
+                 warmup: int, idle_s: float, repeats: int) -> None:
+    proc, url, key, _ = _start_embedded(server, hot_path, lean)
     try:
         runs = [measure({"node": proc.pid}, {"node": url}, url, key, orders, warmup, idle_s,
                         seed) for seed in range(1, repeats + 1)]
     finally:
         _stop(proc)
     name = f"embedded, {server}" + (", hot path" if hot_path else ", FastAPI routes only")
+    if hot_path and server == "uvicorn":
+        name += ", lean orders" if lean else ", orders through ASGI"
     _add(report, name, "node", "leader", runs)
 
 
@@ -220,12 +226,14 @@ def main(argv: list[str] | None = None) -> int:
     idle_s, repeats = (IDLE_S_QUICK, REPEATS_QUICK) if q else (IDLE_S_FULL, REPEATS_FULL)
     report = Report("api_cost", q)
     default_server = Settings.model_fields["server"].default
-    configs = [("uvicorn", True), ("granian", True), ("uvicorn", False)]
+    configs = [("uvicorn", True, True), ("granian", True, True), ("uvicorn", True, False),
+               ("uvicorn", False, False)]
     if q:  # within 90 s: the server and hot-path peers only in full runs
         configs = configs[:1]
-    for server, hot in configs:
-        print(f"== embedded, {server}, hot path {'on' if hot else 'off'}", flush=True)
-        run_embedded(report, server, hot, orders, warmup, idle_s, repeats)
+    for server, hot, lean in configs:
+        print(f"== embedded, {server}, hot path {'on' if hot else 'off'}, lean orders "
+              f"{'on' if lean else 'off'}", flush=True)
+        run_embedded(report, server, hot, lean, orders, warmup, idle_s, repeats)
     if not args.skip_cluster:
         print(f"== 3 nodes, {default_server}", flush=True)
         run_cluster(report, default_server, orders, warmup, idle_s, repeats)

@@ -59,6 +59,14 @@ WAIT_FRAMES = ("lock_PyThread_acquire_lock", "PyThread_acquire_lock_timed", "tim
                "std::condition_variable::wait")
 
 
+def waiting(frames: list[str]) -> bool:
+    """Whether a sample's thread waits: a wait frame in what runs below its innermost Python
+    frame (that frame included). Not anywhere on the stack: uvloop calls a protocol's
+    ``data_received`` from inside ``uv__io_poll``, and that work is not a wait."""
+    last_python = max((i for i, f in enumerate(frames) if ".py:" in f), default=0)
+    return any(w in f for f in frames[last_python:] for w in WAIT_FRAMES)
+
+
 def _py_spy() -> str:
     exe = Path(sys.executable).with_name("py-spy")
     found = str(exe) if exe.exists() else shutil.which("py-spy")
@@ -80,7 +88,7 @@ def summarize(raw: Path, top: int) -> str:
         n = int(count)
         frames = stack.split(";")
         thread = re.sub(r"^thread \(\d+\): ", "", frames[0]) or "?"
-        if any(w in f for f in frames for w in WAIT_FRAMES):
+        if waiting(frames):
             continue
         busy[thread] += n
         python = [f for f in frames[1:] if ".py:" in f]
@@ -108,19 +116,20 @@ def summarize(raw: Path, top: int) -> str:
 # line moves; a stage that no longer exists just stays empty.
 HTTP_STAGES = (
     ("reply send (socket write)", ("RequestResponseCycle.send", "_send_json",
-                                   "HeldWriteTransport")),
+                                   "HeldWriteTransport", "HttpToolsProtocol._answer")),
     ("run views (presented, explain, wait_runs)", ("presented", "explain", "wait_runs")),
     ("telemetry (decisions, latency)", ("count_decisions", "Histogram.observe",
-                                        "MutexValue.inc")),
+                                        "MutexValue.inc", "order_answered")),
     ("submit hand-off (to the appender)", ("Service.submit", "_submit_raw", "Node.submit",
-                                           "submit_to")),
-    ("settle wakeup (node thread -> loop)", ("_Inbox._drain", "_settle", "_set_if_pending")),
-    ("reply check (_apply after the wait)", ("_apply (runner/operations.py",)),
-    ("limits check", ("check_event", "check_fields")),
+                                           "submit_to", "submit_then")),
+    ("reply check (after the wait)", ("_apply (runner/operations.py", "reply_checked")),
+    ("limits check", ("check_event", "check_fields", "check_entry_size")),
     ("auth", ("HotPath._client", "AuthStore.principal")),
     ("body read", ("_read_body", "RequestResponseCycle.receive")),
-    ("body decode + entry/reply encode", ("HotPath._event",)),
-    ("hot path other", ("HotPath.", "receive_event", "RailflowAPI.__call__")),
+    ("body decode + entry/reply encode", ("HotPath._event", "serve_order_now", "_answer_json",
+                                          "event_answer")),
+    ("settle wakeup (node thread -> loop)", ("_Inbox._drain", "_settle", "_set_if_pending")),
+    ("hot path other", ("HotPath.", "receive_event", "RailflowAPI.__call__", "event_order")),
     ("HTTP parse (httptools callbacks)", ("data_received", "on_url", "on_header",
                                          "on_headers_complete", "on_message_complete",
                                          "on_body")),
@@ -139,7 +148,7 @@ def http_stages(raw: Path, thread: str = "MainThread") -> str:
         frames = stack.split(";")
         if not stack or re.sub(r"^thread \(\d+\): ", "", frames[0]) != thread:
             continue
-        if any(w in f for f in frames for w in WAIT_FRAMES):
+        if waiting(frames):
             continue
         n = int(count)
         total += n
@@ -264,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cluster", action="store_true",
                         help="three nodes on infra/'s cluster as bench/api_cost.py starts "
                              "them; the leader and one follower are sampled")
+    parser.add_argument("--asgi-orders", action="store_true",
+                        help="embedded: orders through ASGI (RAILFLOW_LEAN_ORDERS=false), the "
+                             "peer of the lean orders")
     parser.add_argument("--stages-of", type=Path, default=None,
                         help="only print the HTTP thread's stages of an existing --raw file")
     parser.add_argument("--no-native", action="store_true",
@@ -276,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     _py_spy()
     warmup_s = 1_000 / args.rate
     if not args.cluster:
-        proc, url, key, _ = _start_embedded("uvicorn", True)
+        proc, url, key, _ = _start_embedded("uvicorn", True, not args.asgi_orders)
         try:
             run_load([url], "/v1/events", key, args.rate, warmup_s, 0.0, 1)
             time.sleep(1.0)

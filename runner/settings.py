@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     # and app callbacks without FastAPI (``runner.api.hot``; off only to measure its gain).
     server: Literal["uvicorn", "granian"] = "uvicorn"
     hot_path: bool = True
+    # Under uvicorn, orders are served below ASGI (``runner.api.transport``): no task, no
+    # receive/send per order. Off only to measure the gain.
+    lean_orders: bool = True
 
     # cluster adapters
     zookeeper: str = endpoints.ZOOKEEPER

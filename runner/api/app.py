@@ -73,7 +73,8 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
         app.include_router(module.router)
     sift.install(app)  # the Sift-compatible door (docs/sift.md)
     console_static.install(app)
-    app.hot = HotPath(app._stack, service=svc, serve=hot_path)
+    app.hot = HotPath(app._stack, service=svc, serve=hot_path,
+                      lean=hot_path and svc.settings.lean_orders)
     return app
 
 

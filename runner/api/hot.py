@@ -17,6 +17,9 @@ arrives (413 naming ``body``).
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Callable
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
 
@@ -27,12 +30,19 @@ from runner import limits, signing
 from runner import operations as ops
 from runner.api import errors
 from runner.errors import RequestInvalid
-from runner.service import Service
+from runner.service import Service, _settled
+from runner.state import entries
+
+log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/v1/events"
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 deadline_ms_max = 30_000  # as the route's ``deadline_ms`` query parameter
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+# An answer without ASGI: (status, headers, body), headers content-type and -length included.
+Answer = Callable[[int, list[tuple[bytes, bytes]], bytes], None]
+_INTERNAL_ERROR = (500, [(b"content-type", b"text/plain; charset=utf-8"),
+                         (b"content-length", b"21")], b"Internal Server Error")
 
 
 class EventStruct(msgspec.Struct, forbid_unknown_fields=True):
@@ -61,12 +71,15 @@ _NOT_DECODED = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
 class HotPath:
     """ASGI middleware over an application (``create_app`` puts it in front of FastAPI's
-    whole stack). With ``serve=False`` it only bounds bodies and leaves every route to it."""
+    whole stack). With ``serve=False`` it only bounds bodies and leaves every route to it;
+    ``lean`` lets ``runner.api.transport`` serve orders through ``serve_order_now``."""
 
-    def __init__(self, app: Any, service: Service, serve: bool = True) -> None:
+    def __init__(self, app: Any, service: Service, serve: bool = True,
+                 lean: bool = False) -> None:
         self.app = app
         self.svc = service
         self.serve = serve
+        self.lean = lean  # runner.api.transport may call serve_order_now
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
@@ -140,6 +153,60 @@ class HotPath:
             return True
         await _send_json(send, orjson.dumps(run))
         return True
+
+    def serve_order_now(self, scope: dict, body: bytes, answer: Answer) -> bool:
+        """Serve a whole ``POST /v1/events`` request (body read) without ASGI: no task, no
+        receive or send; ``answer`` gets the reply on this loop once the order applied (a
+        run still waiting on an app: through a task that waits as the route does). False, at
+        once, for anything the ASGI path must judge (``runner.api.transport`` then runs it)."""
+        if not self.serve or scope["query_string"] or len(body) > limits.body_bytes_max(
+                EVENTS_PATH) or not _json_body(scope) or not self._client(scope):
+            return False
+        try:
+            ev = _event_decoder.decode(body)
+        except _NOT_DECODED:
+            return False
+        event = {"event_id": ev.event_id, "type": ev.type, "ts": ev.ts, "data": ev.data}
+        try:
+            payload = orjson.dumps(event)
+        except TypeError:
+            return False  # the route's validator words the error
+        try:
+            order = ops.event_order(self.svc, event, None, payload)
+            self.svc.check_entry_size(payload)
+        except errors.HANDLED as exc:
+            _answer_error(answer, exc)
+            return True
+        self.svc.submit_then(entries.EVENT_RECEIVED, payload,
+                             lambda applied, error: self._order_applied(order, applied, error,
+                                                                        answer))
+        return True
+
+    def _order_applied(self, order: ops.EventOrder, applied: Any, error: Any,
+                       answer: Answer) -> None:
+        try:
+            if error is not None:
+                raise error
+            reply = ops.reply_checked(self.svc, applied)
+        except errors.HANDLED as exc:
+            _answer_error(answer, exc)
+            return
+        except Exception:  # as uvicorn answers an application's failure
+            log.exception("order %s failed", order.event["event_id"])
+            answer(*_INTERNAL_ERROR)
+            return
+        if all(_settled(v) for v in reply.runs):  # the common case: nothing to wait for
+            _answer_json(answer, ops.event_answer(self.svc, order, reply, reply.runs))
+        else:
+            asyncio.ensure_future(self._order_waits(order, reply, answer))
+
+    async def _order_waits(self, order: ops.EventOrder, reply: Any, answer: Answer) -> None:
+        try:
+            views = await self.svc.wait_runs(reply.runs, order.deadline_at)
+            _answer_json(answer, ops.event_answer(self.svc, order, reply, views))
+        except Exception:
+            log.exception("order %s failed", order.event["event_id"])
+            answer(*_INTERNAL_ERROR)
 
     def _client(self, scope: dict) -> bool:
         """True for a known client key (users' tokens go the FastAPI way: roles)."""
@@ -218,3 +285,13 @@ async def _send_json(send: Any, body: bytes) -> None:
     await send({"type": "http.response.start", "status": 200,
                 "headers": [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+def _answer_json(answer: Answer, value: Any) -> None:
+    body = orjson.dumps(value)
+    answer(200, [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())], body)
+
+
+def _answer_error(answer: Answer, exc: Exception) -> None:
+    response = errors.render(exc)
+    answer(response.status_code, response.raw_headers, bytes(response.body))

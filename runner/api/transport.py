@@ -6,14 +6,37 @@ connection's transport holds a write back until the next one or, at the latest, 
 event loop's current iteration (``call_soon``), so a head and the body sent right after it
 leave together, and a head alone (a HEAD request, a streamed body that takes its time) leaves
 one iteration later. Pass ``HttpToolsProtocol`` as uvicorn's ``http``.
+
+It also serves an order (``POST /v1/events``) without ASGI when it can: uvicorn's per-request
+task, its ``receive``/``send`` coroutines and the application's chain of calls were a fifth of
+the HTTP thread per order. Once an order's headers are in, uvicorn builds its request cycle as
+always but does not start it; when the body is in, ``HotPath.serve_order_now`` takes the
+request (its checks, decode, submit) and its answer is written straight to the connection, or
+declines it and the cycle starts as uvicorn would have started it (the FastAPI route answers,
+the reference for every refusal). Only a request that fits is held: keep-alive HTTP/1.1, the
+exact path without a query, a Content-Length body within the hot path's bound and uvicorn's
+read buffer, no request in flight before it on the connection; requests pipelined behind a held
+one wait their turn as behind any other.
 """
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Base
+
+from runner import limits
+from runner.api.hot import EVENTS_PATH
+
+_EVENTS_URL = EVENTS_PATH.encode()
+# A held order's body stays in uvicorn's buffer, which stops reading past HIGH_WATER_LIMIT.
+held_body_bytes_max = min(limits.body_bytes_max(EVENTS_PATH), HIGH_WATER_LIMIT)
+# Stands in for an unfinished request while uvicorn builds the next cycle: it queues that one.
+_IN_FLIGHT = SimpleNamespace(response_complete=False)
 
 
 class HeldWriteTransport:
@@ -57,7 +80,83 @@ class HeldWriteTransport:
 
 
 class HttpToolsProtocol(_Base):
-    """uvicorn's ``HttpToolsProtocol`` writing through a ``HeldWriteTransport``."""
+    """uvicorn's ``HttpToolsProtocol`` writing through a ``HeldWriteTransport``, serving orders
+    without ASGI when it can (see the module)."""
+
+    _held: tuple[Any, Any] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(HeldWriteTransport(transport, self.loop))  # type: ignore[arg-type]
+        hot = getattr(self.app, "hot", None)
+        self._hot = hot if hot is not None and hot.lean else None
+
+    def on_headers_complete(self) -> None:
+        if self._hot is None or not self._order_fits():
+            super().on_headers_complete()
+            return
+        # uvicorn queues a request that arrives while another is in flight, without starting
+        # it: shown one in flight (and reading as paused already, so that it does not stop
+        # reading), it builds this request's cycle and queues it, to be taken back here.
+        previous, paused = self.cycle, self.flow.read_paused
+        self.cycle, self.flow.read_paused = _IN_FLIGHT, True
+        try:
+            super().on_headers_complete()
+        finally:
+            self.flow.read_paused = paused
+            if self.cycle is _IN_FLIGHT:  # it returned early: as if never shown
+                self.cycle = previous
+        if self.pipeline and self.pipeline[0][0] is self.cycle:
+            self._held = self.pipeline.popleft()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        held = self._held
+        if held is None or held[0] is not self.cycle:
+            return
+        self._held = None
+        cycle, app = held
+        if cycle.disconnected or app is not self.app or not self._hot.serve_order_now(
+                cycle.scope, bytes(cycle.body), lambda *a: self._answer(cycle, *a)):
+            self._start_asgi_task(cycle, app)
+
+    def _order_fits(self) -> bool:
+        """Whether the request whose headers just came may be held (see the module)."""
+        parser = self.parser
+        if (self.url != _EVENTS_URL or parser.get_method() != b"POST" or self.pipeline
+                or (self.cycle is not None and not self.cycle.response_complete)
+                or self.expect_100_continue or parser.should_upgrade()
+                or parser.get_http_version() != "1.1" or not parser.should_keep_alive()):
+            return False
+        length = None
+        for name, value in self.headers:
+            if name == b"content-length":
+                if length is not None:
+                    return False
+                length = value
+            elif name == b"transfer-encoding":
+                return False
+        return length is not None and length.isdigit() and int(length) <= held_body_bytes_max
+
+    def _answer(self, cycle: Any, status: int, headers: list[tuple[bytes, bytes]],
+                body: bytes) -> None:
+        """Write a held request's answer in one write and finish its cycle as uvicorn does."""
+        if cycle.response_complete:
+            return
+        cycle.response_complete = True
+        transport = self.transport
+        if not cycle.disconnected and not transport.is_closing():
+            parts = [STATUS_LINE[status]]
+            for name, value in (*self.server_state.default_headers, *headers):
+                parts += [name, b": ", value, b"\r\n"]
+            if not cycle.keep_alive:  # the server is shutting down
+                parts.append(b"connection: close\r\n")
+            parts += [b"\r\n", body]
+            if isinstance(transport, HeldWriteTransport):
+                transport.flush()  # whatever it holds goes first (no answer waits behind it)
+                transport._transport.write(b"".join(parts))
+            else:
+                transport.write(b"".join(parts))
+            if not cycle.keep_alive:
+                transport.close()
+        cycle.message_event.set()
+        self.on_response_complete()
