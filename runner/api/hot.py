@@ -41,7 +41,7 @@ deadline_ms_max = 30_000  # as the route's ``deadline_ms`` query parameter
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 # An answer without ASGI: (status, headers, body), headers content-type and -length included.
 Answer = Callable[[int, list[tuple[bytes, bytes]], bytes], None]
-_INTERNAL_ERROR = (500, [(b"content-type", b"text/plain; charset=utf-8"),
+INTERNAL_ERROR = (500, [(b"content-type", b"text/plain; charset=utf-8"),
                          (b"content-length", b"21")], b"Internal Server Error")
 
 
@@ -193,7 +193,7 @@ class HotPath:
             return
         except Exception:  # as uvicorn answers an application's failure
             log.exception("order %s failed", order.event["event_id"])
-            answer(*_INTERNAL_ERROR)
+            answer(*INTERNAL_ERROR)
             return
         if all(_settled(v) for v in reply.runs):  # the common case: nothing to wait for
             _answer_json(answer, ops.event_answer(self.svc, order, reply, reply.runs))
@@ -206,7 +206,7 @@ class HotPath:
             _answer_json(answer, ops.event_answer(self.svc, order, reply, views))
         except Exception:
             log.exception("order %s failed", order.event["event_id"])
-            answer(*_INTERNAL_ERROR)
+            answer(*INTERNAL_ERROR)
 
     def _client(self, scope: dict) -> bool:
         """True for a known client key (users' tokens go the FastAPI way: roles)."""

@@ -22,6 +22,7 @@ one wait their turn as behind any other.
 from __future__ import annotations
 
 import asyncio
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,7 +31,9 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Base
 
 from runner import limits
-from runner.api.hot import EVENTS_PATH
+from runner.api.hot import EVENTS_PATH, INTERNAL_ERROR
+
+log = logging.getLogger(__name__)
 
 _EVENTS_URL = EVENTS_PATH.encode()
 # A held order's body stays in uvicorn's buffer, which stops reading past HIGH_WATER_LIMIT.
@@ -115,8 +118,17 @@ class HttpToolsProtocol(_Base):
             return
         self._held = None
         cycle, app = held
-        if cycle.disconnected or app is not self.app or not self._hot.serve_order_now(
-                cycle.scope, bytes(cycle.body), lambda *a: self._answer(cycle, *a)):
+        if cycle.disconnected or app is not self.app:
+            self._start_asgi_task(cycle, app)
+            return
+        try:
+            served = self._hot.serve_order_now(cycle.scope, bytes(cycle.body),
+                                               lambda *a: self._answer(cycle, *a))
+        except Exception:  # a failure here would reach httptools and answer 400
+            log.exception("serving an order failed")
+            self._answer(cycle, *INTERNAL_ERROR)
+            return
+        if not served:
             self._start_asgi_task(cycle, app)
 
     def _order_fits(self) -> bool:
