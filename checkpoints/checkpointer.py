@@ -243,6 +243,11 @@ class Checkpointer:
             log.warning("could not read the manifest at %d to compare digests", offset,
                         exc_info=True)
             return
+        if theirs.digest and scheme(theirs.digest) != scheme(digest):
+            log.info("the checkpoint at %d has a digest of another definition (%s, ours %s): "
+                     "not compared", offset, scheme(theirs.digest) or "unnamed",
+                     scheme(digest) or "unnamed")
+            return
         if theirs.digest and theirs.digest != digest:
             self.stats.digest_mismatches += 1
             log.error(
@@ -278,3 +283,10 @@ def _lower_priority(nice: int | None) -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
     except (AttributeError, OSError):  # not Linux, or not allowed: run at normal priority
         pass
+
+
+def scheme(digest: str) -> str:
+    """The name of a digest's definition, before its first ``:`` ("" for the unnamed first
+    one): digests of two definitions never compare equal, so they are not compared (a node
+    upgraded next to manifests written before)."""
+    return digest.split(":", 1)[0] if ":" in digest else ""

@@ -289,7 +289,9 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
             # at least that: the bound on offset_ lets DuckDB's zone maps skip every row group
             # of older runs, and the join touches about the batch instead of the whole table.
             _register(cur, ("run_id", "stored"), list(gen.stored.items()))
-            cur.execute("UPDATE runs SET stored_offset = greatest(runs.stored_offset, s.stored) "
+            # Never past the row's own version: the digest kept by apply assumes it.
+            cur.execute("UPDATE runs SET stored_offset = greatest(runs.stored_offset, "
+                        "least(s.stored, runs.offset_)) "
                         "FROM _rows s WHERE runs.run_id = s.run_id AND runs.offset_ >= ?",
                         [min(gen.stored.values())])
             cur.unregister("_rows")

@@ -23,8 +23,9 @@ import orjson
 
 from runner import ids
 from runner.errors import InvariantViolation
-from runner.state import entries, flows, inputs, rejections, retention, schema, snapshot
+from runner.state import digest, entries, flows, inputs, rejections, retention, schema, snapshot
 from runner.state.buffer import RowBuffer, Stage
+from runner.state.digest import MASK, row_hash, run_hash, stored_hash
 from runner.state.effects import (
     CallApp,
     EnqueueReview,
@@ -91,7 +92,8 @@ class RunnerStateMachine:
         self._applied = -1
         self._buffer = RowBuffer(self.con)
         self._seen: dict[str, int] = {}  # event id -> offset, within the dedup retention
-        self._seen_order: deque[tuple[int, str]] = deque()  # (ts, event id) in log order
+        # (ts, event id, its events_seen row's hash) in log order
+        self._seen_order: deque[tuple[int, str, int]] = deque()
         self._dedup_retention_ms = dedup_retention_ms
         self.finished = retention.FinishedRuns(run_retention_ms)  # decided runs still held
         self._has_metrics = False
@@ -102,6 +104,13 @@ class RunnerStateMachine:
         # place: a resumed run is a copy), and each pending task's app_tasks row.
         self._live: dict[str, dict] = {}
         self._tasks: dict[tuple[str, str], tuple] = {}
+        # The digest's sum of row hashes (``runner.state.digest``), kept entry by entry: the
+        # small tables' part, each live run's (row hash, sum of its rows but stored_offset),
+        # each pending webhook's row hash. A decided run's sum is kept in ``finished``.
+        self._rows_total = 0
+        self._cold_total = 0
+        self._live_h: dict[str, tuple[int, int]] = {}
+        self._outbox_h: dict[str, int] = {}
         self.rejections = rejections.RejectionLog()
         self._handlers = {
             entries.EVENT_RECEIVED: self._event_received,
@@ -139,6 +148,9 @@ class RunnerStateMachine:
             effects = handler(entry, entries.decode(entry.payload, entry.kind))
             if not hot:
                 self.con.execute("COMMIT")
+                cold = digest.scan_cold(self.con)  # a few rows: workflows, metric definitions
+                self._rows_total = (self._rows_total + cold - self._cold_total) & MASK
+                self._cold_total = cold
         except LOCAL_FAILURES:  # this node's environment failed, not the entry: stop here
             if not hot:
                 self.con.execute("ROLLBACK")
@@ -160,12 +172,19 @@ class RunnerStateMachine:
 
     def _commit_stage(self, runs_are_new: bool) -> None:
         stage = self._stage
+        total = self._rows_total
         for event_id in stage.seen_expired:  # the oldest first, as staged
-            self._seen_order.popleft()
+            total -= self._seen_order.popleft()[2]
             del self._seen[event_id]
-        for event_id, _, offset, ts in stage.seen.values():
+        for row in stage.seen.values():
+            event_id, _, offset, ts = row
+            h = row_hash("events_seen", row)
+            total += h
             self._seen[event_id] = offset
-            self._seen_order.append((ts, event_id))
+            self._seen_order.append((ts, event_id, h))
+        finished, runs_delta = self._digest_runs(stage) if stage.runs or stage.tasks else ({}, 0)
+        total += runs_delta
+        total += self._digest_outbox(stage) if stage.outbox or stage.outbox_done else 0
         if stage.timers:
             self._set_timers(stage.timers)
         for key, row in stage.tasks.items():
@@ -181,9 +200,63 @@ class RunnerStateMachine:
         for run_id, offset in stage.stored.items():  # what the flush's UPDATE does to the row
             run = self._live.get(run_id)
             if run is not None and offset > run["stored_offset"]:
+                offset = min(offset, run["offset"])  # never past its own version
+                total += stored_hash(run_id, offset) - stored_hash(run_id, run["stored_offset"])
                 self._live[run_id] = {**run, "stored_offset": offset}
-        self.finished.commit(stage)
+        total += self.finished.commit(stage, finished)
+        self._rows_total = total & MASK
         self._buffer.absorb(stage, runs_are_new)
+
+    def _digest_runs(self, stage: Stage) -> tuple[dict[str, tuple[int, int]], int]:
+        """Hash the entry's rows of runs and add them to each run's sum; returns each run the
+        entry decided -> (its sum, its stored_offset), which ``finished`` keeps, and the
+        change of the state's sum."""
+        changed: dict[str, int] = {}  # run id -> the change of its rows' sum
+        get = changed.get
+        for key, row in stage.tasks.items():
+            old = self._tasks.get(key)  # only pending tasks change
+            changed[key[0]] = get(key[0], 0) + row_hash("app_tasks", row) - (
+                0 if old is None else row_hash("app_tasks", old))
+        for step in stage.steps:
+            changed[step[0]] = get(step[0], 0) + row_hash("steps", step)
+        for run_id, row in stage.decisions.items():
+            changed[run_id] = get(run_id, 0) + row_hash("decisions", row)
+        live_h = self._live_h
+        new_total = 0
+        row_hashes = {}
+        for run_id, row in stage.runs.items():
+            h = row_hashes[run_id] = run_hash(row)
+            held = live_h.get(run_id)
+            if held is None:  # a new run: its stored_offset too
+                new_total += stored_hash(run_id, row[digest.RUN_STORED])
+                changed[run_id] = get(run_id, 0) + h
+            else:
+                changed[run_id] = get(run_id, 0) + h - held[0]
+        finished = {}
+        for run_id, delta in changed.items():
+            new_total += delta
+            held = live_h.get(run_id)
+            entity = (delta + (0 if held is None else held[1])) & MASK
+            run = stage.live.get(run_id)
+            if run is not None and run["state"] == "decided":
+                live_h.pop(run_id, None)
+                finished[run_id] = (entity, run["stored_offset"])
+            else:
+                live_h[run_id] = (row_hashes[run_id] if run_id in row_hashes else held[0],
+                                  entity)
+        return finished, new_total
+
+    def _digest_outbox(self, stage: Stage) -> int:
+        """The change of the sum by webhook rows written (INSERT OR IGNORE) and sent."""
+        delta = 0
+        outbox = self._outbox_h
+        for row in stage.outbox:
+            if row[0] not in outbox:
+                h = outbox[row[0]] = row_hash("outbox", row)
+                delta += h
+        for effect_id in stage.outbox_done:
+            delta -= outbox.pop(effect_id, 0)
+        return delta
 
     def _set_timers(self, changes: list[tuple[str, str, int | None]]) -> None:
         for run_id, node, deadline in changes:
@@ -245,15 +318,19 @@ class RunnerStateMachine:
 
     def snapshot(self) -> snapshot.SnapshotWriter:
         self.flush()
-        return snapshot.capture(self.con, self.engine, self._applied)
+        return snapshot.capture(self.con, self.engine, self._applied, self._rows_total)
 
     def restore(self, directory: Path) -> None:
         self._applied = snapshot.restore(self.con, self.engine, Path(directory))
         self._rebuild_active()
+        sums = digest.scan(self.con)
+        self._rows_total, self._cold_total = sums.total, sums.cold
+        self._outbox_h = sums.outbox
         rows = self.con.execute(
             "SELECT event_id, offset_, ts FROM events_seen ORDER BY offset_").fetchall()
         self._seen = {event_id: offset for event_id, offset, _ in rows}
-        self._seen_order = deque((ts, event_id) for event_id, _, ts in rows)
+        self._seen_order = deque((ts, event_id, sums.seen[event_id])
+                                 for event_id, _, ts in rows)
         self._timers, self._timer_heap = {}, []
         self._set_timers(self.con.execute(
             "SELECT run_id, node_id, deadline_ts FROM app_tasks WHERE status = 'pending' "
@@ -261,9 +338,11 @@ class RunnerStateMachine:
         self._tasks = {(row[0], row[1]): row for row in self.con.execute(
             f"SELECT {TASK_COLUMNS} FROM app_tasks WHERE status = 'pending' "
             "ORDER BY run_id, node_id").fetchall()}
-        self._live = {}
+        self._live, self._live_h = {}, {}
         for row in self.con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE state <> 'decided' "
                                     "ORDER BY run_id").fetchall():
+            self._live_h[row[0]] = (run_hash(digest.parsed(row, digest.RUN_JSON)),
+                                    sums.entities[row[0]])
             run = run_dict(row)
             run["path"] = []
             self._live[run["run_id"]] = run
@@ -273,11 +352,12 @@ class RunnerStateMachine:
                 ).fetchall():
             self._live[run_id]["path"].append(orjson.loads(trace))
         self._has_metrics = bool(self._known_metrics())
-        self.finished.rebuild(self.con)
+        self.finished.rebuild(self.con, sums.entities)
 
     def digest(self) -> str:
-        self.flush()
-        return snapshot.digest(self.con, self.engine)
+        """The digest of the applied state (no DuckDB: apply keeps its sum of row hashes)."""
+        engine = self.engine.digest() if hasattr(self.engine, "digest") else None
+        return digest.value(self._rows_total, engine)
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for reads from another thread (sees committed state)."""
@@ -341,7 +421,7 @@ class RunnerStateMachine:
         (log time, the same on every replica), oldest first, a bounded number per entry."""
         horizon = ts - self._dedup_retention_ms
         expired = self._stage.seen_expired
-        for seen_ts, event_id in self._seen_order:
+        for seen_ts, event_id, _ in self._seen_order:
             if seen_ts > horizon or len(expired) >= seen_expired_per_entry_max:
                 break
             expired.append(event_id)

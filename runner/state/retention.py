@@ -34,6 +34,7 @@ import duckdb
 from sortedcontainers import SortedList
 
 from runner.errors import InvariantViolation
+from runner.state.digest import stored_hash
 
 # Per entry. The leader confirms stored runs every ~100 ms, so more than arrive in between.
 runs_evicted_per_entry_max = 4_096
@@ -41,7 +42,9 @@ runs_scanned_per_entry_max = 8_192
 RUN_RETENTION_MS_DEFAULT = 3_600_000
 
 Candidate = tuple[int, int, str, str]  # (decided ts, decided offset, run id, event id)
-_Held = tuple[int, str, int, str]  # (decided offset, run id, decided ts, event id): sorts right
+# (decided offset, run id, decided ts, event id, the sum of its rows' hashes but stored_offset,
+# stored_offset): sorts right; the last two keep the digest (``runner.state.digest``)
+_Held = tuple[int, str, int, str, int, int]
 
 
 class FinishedRuns:
@@ -63,7 +66,7 @@ class FinishedRuns:
 
     def candidates(self) -> list[Candidate]:
         """Every decided run held, in (decided offset, run id) order."""
-        return [(ts, offset, run_id, event_id) for offset, run_id, ts, event_id
+        return [(ts, offset, run_id, event_id) for offset, run_id, ts, event_id, *_
                 in sorted([*self._stored, *self._unstored.values()])]
 
     # ------------------------------------------------------------ during apply (staged)
@@ -78,7 +81,8 @@ class FinishedRuns:
         evicted = stage.runs_evicted
         oldest = heapq.merge(self._stored.islice(0, runs_scanned_per_entry_max),
                              sorted(self._confirmed(stage)))
-        for offset, run_id, decided_ts, event_id in islice(oldest, runs_scanned_per_entry_max):
+        for offset, run_id, decided_ts, event_id, *_ in islice(oldest,
+                                                               runs_scanned_per_entry_max):
             if decided_ts > horizon or len(evicted) >= runs_evicted_per_entry_max:
                 break
             sighting = seen.get(event_id)
@@ -96,25 +100,41 @@ class FinishedRuns:
         return out
 
     # ------------------------------------------------------------ once the entry applied
-    def commit(self, stage: Any) -> None:
-        for held in self._confirmed(stage):
-            del self._unstored[held[1]]
-            self._stored.add(held)
+    def commit(self, stage: Any, entities: dict[str, tuple[int, int]]) -> int:
+        """Absorb the entry; ``entities``: each run it decided -> (the sum of its rows' hashes
+        but stored_offset, its stored_offset). Returns the change of the digest's sum (the
+        stored_offsets confirmed, the runs evicted)."""
+        delta = 0
+        for held in self._confirmed(stage):  # stored_offset becomes the decided offset (a
+            run_id, offset = held[1], held[0]  # confirmation never names a later version)
+            del self._unstored[run_id]
+            delta += stored_hash(run_id, offset) - stored_hash(run_id, held[5])
+            self._stored.add((*held[:5], offset))
+        for run_id, confirmed in stage.stored.items():  # an earlier version's confirmation
+            held = self._unstored.get(run_id)
+            if held is not None and confirmed > held[5]:
+                delta += stored_hash(run_id, confirmed) - stored_hash(run_id, held[5])
+                self._unstored[run_id] = (*held[:5], confirmed)
         for run_id, offset, _ in stage.runs_evicted:
             at = self._stored.bisect_left((offset, run_id))
             if at == len(self._stored) or self._stored[at][1] != run_id:
                 raise InvariantViolation(f"run {run_id} left but was no stored candidate")
+            held = self._stored[at]
+            delta -= held[4] + stored_hash(run_id, held[5])
             del self._stored[at]
         for ts, offset, run_id, event_id in stage.finished:
-            self._unstored[run_id] = (offset, run_id, ts, event_id)
+            entity, stored = entities[run_id]
+            self._unstored[run_id] = (offset, run_id, ts, event_id, entity, stored)
+        return delta
 
     # ------------------------------------------------------------ restore
-    def rebuild(self, con: duckdb.DuckDBPyConnection) -> None:
+    def rebuild(self, con: duckdb.DuckDBPyConnection, entities: dict[str, int]) -> None:
+        """From DuckDB; ``entities``: run id -> the sum of its rows' hashes (``digest.scan``)."""
         rows = con.execute("SELECT updated_ts, offset_, run_id, event_id, stored_offset "
                            "FROM runs WHERE state = 'decided' ORDER BY offset_, run_id"
                            ).fetchall()
-        self._stored = SortedList((offset, run_id, ts, event_id)
+        self._stored = SortedList((offset, run_id, ts, event_id, entities[run_id], stored)
                                   for ts, offset, run_id, event_id, stored in rows
                                   if stored >= offset)
-        self._unstored = {run_id: (offset, run_id, ts, event_id)
+        self._unstored = {run_id: (offset, run_id, ts, event_id, entities[run_id], stored)
                           for ts, offset, run_id, event_id, stored in rows if stored < offset}

@@ -3,14 +3,15 @@
 ``capture`` runs while apply is paused: it opens a DuckDB cursor and transaction (MVCC keeps
 that view while apply continues) and has the metrics engine write its snapshot into a temporary
 directory. On a background thread, ``SnapshotWriter.write(dir)`` dumps each table to Parquet and
-moves the engine's files in, ``digest()`` hashes the captured view (so the checkpointer never
-hashes the live state on the apply thread), and ``close()`` releases the view.
+moves the engine's files in, ``digest()`` combines the sum of row hashes apply kept at the
+capture (``runner.state.digest``: no table is read) with the engine's digest, and ``close()``
+releases the view. ``digest(con, engine)`` computes the same digest from the tables (a full
+scan: tests and tools).
 Parts: ``<table>.parquet``, ``metrics/``, ``state.json``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
@@ -20,17 +21,20 @@ from typing import Any
 import duckdb
 
 from runner.errors import InvariantViolation
+from runner.state import digest as state_digest
 from runner.state import schema
 
 
 class SnapshotWriter:
     def __init__(self, cursor: duckdb.DuckDBPyConnection, engine_dir: Path | None,
-                 applied_offset: int, engine_digest: str | None = None) -> None:
+                 applied_offset: int, engine_digest: str | None = None,
+                 rows_total: int | None = None) -> None:
         self._cursor: duckdb.DuckDBPyConnection | None = cursor
         self._engine_dir = engine_dir
         self._engine_tmp = engine_dir.parent if engine_dir is not None else None
         self._applied = applied_offset
         self._engine_digest = engine_digest
+        self._rows_total = rows_total
 
     def write(self, directory: Path) -> None:
         directory = Path(directory)
@@ -47,7 +51,7 @@ class SnapshotWriter:
         (directory / "state.json").write_text(json.dumps({"applied_offset": self._applied}))
 
     def digest(self) -> str:
-        """The digest of the captured view; equals ``digest(con, engine)`` at the capture."""
+        """The digest of the captured state; equals ``digest(con, engine)`` at the capture."""
         engine_digest = self._engine_digest
         if self._engine_dir is not None:
             from metrics_engine import Engine  # a throwaway copy: the snapshot stays untouched
@@ -60,7 +64,10 @@ class SnapshotWriter:
             finally:
                 engine.close()
                 shutil.rmtree(scratch, ignore_errors=True)
-        return _hash_tables(self._view(), engine_digest)
+        total = self._rows_total
+        if total is None:  # no sum kept by apply: scan the captured view
+            total = state_digest.scan(self._view()).total
+        return state_digest.value(total, engine_digest)
 
     def close(self) -> None:
         """Release the captured view (and the engine files if ``write`` never moved them)."""
@@ -78,7 +85,10 @@ class SnapshotWriter:
         return self._cursor
 
 
-def capture(con: duckdb.DuckDBPyConnection, engine: Any, applied_offset: int) -> SnapshotWriter:
+def capture(con: duckdb.DuckDBPyConnection, engine: Any, applied_offset: int,
+            rows_total: int | None = None) -> SnapshotWriter:
+    """``rows_total``: the digest's sum of row hashes at ``applied_offset``, as apply kept it
+    (None: the writer's ``digest`` scans the view)."""
     cursor = con.cursor()
     cursor.execute("BEGIN TRANSACTION")
     cursor.execute("SELECT count(*) FROM runs").fetchall()  # pin the MVCC view now
@@ -88,7 +98,7 @@ def capture(con: duckdb.DuckDBPyConnection, engine: Any, applied_offset: int) ->
         engine.snapshot(engine_dir)
     elif hasattr(engine, "digest"):  # nothing to rebuild it from later: hash it now
         engine_digest = engine.digest()
-    return SnapshotWriter(cursor, engine_dir, applied_offset, engine_digest)
+    return SnapshotWriter(cursor, engine_dir, applied_offset, engine_digest, rows_total)
 
 
 def restore(con: duckdb.DuckDBPyConnection, engine: Any, directory: Path) -> int:
@@ -109,20 +119,12 @@ def restore(con: duckdb.DuckDBPyConnection, engine: Any, directory: Path) -> int
 
 
 def digest(con: duckdb.DuckDBPyConnection, engine: Any) -> str:
-    """A stable hash of the logical state: every table in its total order, then the engine."""
+    """The digest of the state in DuckDB, from every row (``runner.state.digest``)."""
     cursor = con.cursor()
     try:
-        return _hash_tables(cursor, engine.digest() if hasattr(engine, "digest") else None)
+        return state_digest.value(state_digest.scan(cursor).total,
+                                  engine.digest() if engine is not None
+                                  and hasattr(engine, "digest") else None)
     finally:
         cursor.close()
 
-
-def _hash_tables(cursor: duckdb.DuckDBPyConnection, engine_digest: str | None) -> str:
-    h = hashlib.sha256()
-    for name, (_, order) in schema.TABLES.items():
-        h.update(name.encode())
-        for row in cursor.execute(f"SELECT * FROM {name} ORDER BY {order}").fetchall():
-            h.update(repr(row).encode())
-    if engine_digest is not None:
-        h.update(str(engine_digest).encode())
-    return h.hexdigest()

@@ -83,3 +83,35 @@ def test_replicas_with_different_state_at_one_offset_are_reported(tmp_path: Path
     assert "REPLICA DIVERGED at offset 10" in caplog.text
     for cp in (first, agrees, diverged):
         cp.close()
+
+
+def test_digests_of_another_definition_are_not_compared(tmp_path: Path) -> None:
+    """A node whose digest is named by another definition (``scheme:hex``) than the manifest's
+    at the same offset (written before an upgrade) reports no divergence; one of the same
+    definition still does."""
+
+    class Named(BlobStateMachine):
+        def digest(self) -> str:
+            return "rowsum1:" + super().digest()
+
+    store = LocalStore(tmp_path / "s")
+    before = Checkpointer(store, _sm(10, b"same"), every_entries=10, retain=2, node_id="a")
+    before.checkpoint(10, 1).result(timeout=60)
+    upgraded = Named()
+    upgraded.set(10, "s.bin", b"same")
+    seen = []
+    after = Checkpointer(store, upgraded, every_entries=10, retain=2, node_id="b",
+                         on_mismatch=lambda *a: seen.append(a))
+    assert after.checkpoint(10, 1).result(timeout=60) is None
+    assert after.stats.digest_mismatches == 0 and not seen
+    assert after.digests[10].startswith("rowsum1:") and ":" not in before.digests[10]
+    store2 = LocalStore(tmp_path / "s2")
+    named = Checkpointer(store2, upgraded, every_entries=10, retain=2, node_id="a")
+    named.checkpoint(10, 1).result(timeout=60)
+    other = Named()
+    other.set(10, "s.bin", b"other")
+    diverged = Checkpointer(store2, other, every_entries=10, retain=2, node_id="c")
+    assert diverged.checkpoint(10, 1).result(timeout=60) is None
+    assert diverged.stats.digest_mismatches == 1
+    for cp in (before, after, named, diverged):
+        cp.close()

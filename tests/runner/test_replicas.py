@@ -11,6 +11,7 @@ from checkpoints import Manifest, store_from_url
 from checkpoints.layout import manifest_key
 from runner.api.app import create_app
 from runner.settings import Settings
+from runner.state.digest import SCHEME
 
 EVERY = 5
 
@@ -18,10 +19,12 @@ EVERY = 5
 def test_a_digest_mismatch_at_a_checkpoint_offset_is_reported(tmp_path, caplog):
     settings = Settings(data_dir=tmp_path, port=8997, checkpoint_every_entries=EVERY)
     store = store_from_url(settings.effective_checkpoint_url)
-    # Another replica's checkpoints at every boundary, with a state this node cannot have.
+    # Another replica's checkpoints at every boundary, with a state this node cannot have (a
+    # digest of the same definition: one of another is not compared).
     for offset in range(EVERY, 400, EVERY):
         store.put_bytes(manifest_key(offset), Manifest(
-            offset=offset, writer_id=1, created_at_ms=0, digest="not-our-state", parts=(),
+            offset=offset, writer_id=1, created_at_ms=0, digest=f"{SCHEME}:not-our-state",
+            parts=(),
             writer_node="node-9").to_bytes(settings.checkpoint_key()))
     app = create_app(settings=settings)
     with TestClient(app) as client:
