@@ -38,7 +38,9 @@ metrics_per_job_max = 5_000
 # card x attribute at most events, and the 392-day windows keep every key and daily bucket;
 # bench/w2_days.py, a 128th of month's cards: 1.97 GB RSS for 117 k events), besides the
 # memory-only reservoir's ~0.2 KB. 150 k per partition (~2.5 GiB) fits one core's share of a
-# 24 GiB machine (see pipeline.session) with room; month then runs in 100 partitions.
+# 24 GiB machine (see pipeline.session) with room; month then runs in 100 partitions. Since
+# the calendar windows of a group-by share their daily buckets the month's growth is ~0.64x
+# that (docs/pipeline.md): more room, the cap is kept (more keys per engine, colder tables).
 events_per_partition_max = 150_000
 
 _DOUBLE_FUNCS = {"avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop", "skewness", "ratio"}
