@@ -103,6 +103,42 @@ def test_failed_append_fails_the_request(cluster):
     assert a.submit(ops.KIND, ops.put("x", 2), 5).result(WAIT_S).effects[0]["value"] == 2
 
 
+class _Sink:
+    """A ``Sink`` that is not a Future: what a caller of ``submit_to`` hands the node."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.done = threading.Event()
+        self.outcomes: list = []
+
+    def set_result(self, result) -> None:
+        self.outcomes.append(("result", result))
+        self.done.set()
+
+    def set_exception(self, exception) -> None:
+        self.outcomes.append(("error", exception))
+        self.done.set()
+
+
+def test_submit_to_settles_a_sink_once_on_the_leader_the_follower_and_with_no_leader(cluster):
+    log, (a, b, c) = cluster
+    lost = _Sink()
+    b.submit_to(ops.KIND, ops.put("k", 1), 1, lost)  # no leader yet: fails at once
+    assert lost.done.is_set() and lost.outcomes[0][0] == "error"
+    assert isinstance(lost.outcomes[0][1], NotLeader)
+    a.election.elect(1)
+    assert wait_for(lambda: a.is_leader)
+    led, forwarded = _Sink(), _Sink()
+    a.submit_to(ops.KIND, ops.put("k", 2), 5, led)
+    b.submit_to(ops.KIND, ops.incr("n", 3), 5, forwarded)  # relayed from a forwarding Future
+    assert led.done.wait(WAIT_S) and forwarded.done.wait(WAIT_S)
+    (kind, applied), = led.outcomes
+    assert kind == "result" and applied.writer_id == 1 and a.sm.get("k") == 2
+    (kind, applied), = forwarded.outcomes
+    assert kind == "result" and b.applied_offset >= applied.offset and b.sm.get("n") == 3
+
+
 def test_explicit_deposition_fails_pending_with_not_leader(cluster):
     log, (a, b, c) = cluster
     a.election.elect(1)
