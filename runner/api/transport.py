@@ -9,25 +9,25 @@ one iteration later. Pass ``HttpToolsProtocol`` as uvicorn's ``http``.
 
 It also serves an order (``POST /v1/events``) without ASGI when it can: uvicorn's per-request
 task, its ``receive``/``send`` coroutines and the application's chain of calls were a fifth of
-the HTTP thread per order. Once an order's headers are in, uvicorn builds its request cycle as
-always but does not start it; when the body is in, ``HotPath.serve_order_now`` takes the
-request (its checks, decode, submit) and its answer is written straight to the connection, or
-declines it and the cycle starts as uvicorn would have started it (the FastAPI route answers,
-the reference for every refusal). Only a request that fits is held: keep-alive HTTP/1.1, the
-exact path without a query, a Content-Length body within the hot path's bound and uvicorn's
-read buffer, no request in flight before it on the connection; requests pipelined behind a held
-one wait their turn as behind any other.
+the HTTP thread per order. Once an order's headers are in, the protocol completes the scope
+uvicorn began and holds the request in a bare cycle (``_HeldCycle``) that uvicorn's callbacks
+fill with the body; then ``HotPath.serve_order_now`` takes the request (its checks, decode,
+submit) and its answer is written straight to the connection, or declines it and the request
+runs as uvicorn would have run it, in a ``RequestResponseCycle`` and a task (the FastAPI route
+answers, the reference for every refusal). Only a request that fits is held: keep-alive
+HTTP/1.1, the exact path without a query, a Content-Length body within the hot path's bound
+and uvicorn's read buffer, no request in flight before it on the connection, no access log and
+no concurrency limit; requests pipelined behind a held one wait their turn as behind any other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from types import SimpleNamespace
 from typing import Any
 
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, RequestResponseCycle
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _Base
 
 from runner import limits
@@ -38,8 +38,32 @@ log = logging.getLogger(__name__)
 _EVENTS_URL = EVENTS_PATH.encode()
 # A held order's body stays in uvicorn's buffer, which stops reading past HIGH_WATER_LIMIT.
 held_body_bytes_max = min(limits.body_bytes_max(EVENTS_PATH), HIGH_WATER_LIMIT)
-# Stands in for an unfinished request while uvicorn builds the next cycle: it queues that one.
-_IN_FLIGHT = SimpleNamespace(response_complete=False)
+
+
+class _NoEvent:
+    def set(self) -> None:
+        pass
+
+
+class _HeldCycle:
+    """A held order's cycle: what uvicorn's protocol reads and writes of its current cycle
+    (body, end of body, disconnection, keep-alive at shutdown), nothing else until it is
+    answered or handed to ASGI as a real ``RequestResponseCycle``."""
+
+    __slots__ = ("scope", "body", "more_body", "response_complete", "keep_alive",
+                 "disconnected", "message_event")
+
+    def __init__(self, scope: dict) -> None:
+        self.scope = scope
+        self.body = bytearray()
+        self.more_body = True
+        self.response_complete = False
+        self.keep_alive = True
+        self.disconnected = False
+        self.message_event = _NO_EVENT
+
+
+_NO_EVENT = _NoEvent()
 
 
 class HeldWriteTransport:
@@ -86,7 +110,7 @@ class HttpToolsProtocol(_Base):
     """uvicorn's ``HttpToolsProtocol`` writing through a ``HeldWriteTransport``, serving orders
     without ASGI when it can (see the module)."""
 
-    _held: tuple[Any, Any] | None = None
+    _held: _HeldCycle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(HeldWriteTransport(transport, self.loop))  # type: ignore[arg-type]
@@ -97,43 +121,52 @@ class HttpToolsProtocol(_Base):
         if self._hot is None or not self._order_fits():
             super().on_headers_complete()
             return
-        # uvicorn queues a request that arrives while another is in flight, without starting
-        # it: shown one in flight (and reading as paused already, so that it does not stop
-        # reading), it builds this request's cycle and queues it, to be taken back here.
-        previous, paused = self.cycle, self.flow.read_paused
-        self.cycle, self.flow.read_paused = _IN_FLIGHT, True
-        try:
-            super().on_headers_complete()
-        finally:
-            self.flow.read_paused = paused
-            if self.cycle is _IN_FLIGHT:  # it returned early: as if never shown
-                self.cycle = previous
-        if self.pipeline and self.pipeline[0][0] is self.cycle:
-            self._held = self.pipeline.popleft()
+        # What uvicorn's on_headers_complete adds to the scope on_message_begin started, for
+        # this one method, path and version; the cycle waits for the body (uvicorn's on_body
+        # and on_message_complete fill it as they fill any cycle).
+        scope = self.scope
+        scope["method"] = "POST"
+        scope["path"] = self.root_path + EVENTS_PATH
+        scope["raw_path"] = self.root_path.encode("ascii") + _EVENTS_URL
+        scope["query_string"] = b""
+        self.cycle = self._held = _HeldCycle(scope)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         held = self._held
-        if held is None or held[0] is not self.cycle:
+        if held is None or held is not self.cycle:
             return
         self._held = None
-        cycle, app = held
-        if cycle.disconnected or app is not self.app:
-            self._start_asgi_task(cycle, app)
+        if held.disconnected:
             return
         try:
-            served = self._hot.serve_order_now(cycle.scope, bytes(cycle.body),
-                                               lambda *a: self._answer(cycle, *a))
+            served = self._hot.serve_order_now(held.scope, bytes(held.body),
+                                               lambda *a: self._answer(held, *a))
         except Exception:  # a failure here would reach httptools and answer 400
             log.exception("serving an order failed")
-            self._answer(cycle, *INTERNAL_ERROR)
+            self._answer(held, *INTERNAL_ERROR)
             return
         if not served:
-            self._start_asgi_task(cycle, app)
+            self._to_asgi(held)
+
+    def _to_asgi(self, held: _HeldCycle) -> None:
+        """Run a held request as uvicorn would have from its headers on (its body is in)."""
+        cycle = RequestResponseCycle(
+            scope=held.scope, transport=self.transport, flow=self.flow, logger=self.logger,
+            access_logger=self.access_logger, access_log=self.access_log,
+            default_headers=self.server_state.default_headers, message_event=asyncio.Event(),
+            expect_100_continue=False, keep_alive=held.keep_alive,
+            on_response=self.on_response_complete)
+        cycle.body, cycle.more_body = held.body, False
+        cycle.message_event.set()  # the body is in: receive() must not wait for it
+        self.cycle = cycle
+        self._start_asgi_task(cycle, self.app)
 
     def _order_fits(self) -> bool:
         """Whether the request whose headers just came may be held (see the module)."""
         parser = self.parser
+        if self.limit_concurrency is not None or self.access_log:  # uvicorn's own 503, its log
+            return False
         if (self.url != _EVENTS_URL or parser.get_method() != b"POST" or self.pipeline
                 or (self.cycle is not None and not self.cycle.response_complete)
                 or self.expect_100_continue or parser.should_upgrade()

@@ -84,10 +84,11 @@ def test_orders_are_served_without_asgi_and_the_rest_as_before(tmp_path):
     seen = app.hot = _Seen(app.hot)
 
     async def main() -> None:
-        # As runner.cli serves (a proxy-headers middleware in front: no lean path).
+        # As runner.cli serves (a proxy-headers middleware in front, or an access log: no
+        # lean path).
         config = uvicorn.Config(app, host="127.0.0.1", port=0, http=HttpToolsProtocol,
                                 loop="asyncio", log_level="warning", lifespan="on",
-                                proxy_headers=False)
+                                proxy_headers=False, access_log=False)
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve())
         while not server.started:
