@@ -81,7 +81,7 @@ class _Generation:
     # Stage only: the run dicts an entry left (run id -> run), which the state machine keeps
     # while they wait for an app or a reviewer (its hot state of live runs); never written.
     live: dict[str, dict] = field(default_factory=dict)
-    # The runs whose row (and decision) here may replace one an earlier generation wrote: a
+    # The runs whose row here may replace one an earlier generation wrote: a
     # run a later entry resumed. An event's runs are new (a run id holds the entry's offset),
     # and a plain INSERT, cheaper per row, writes them; only these go by INSERT OR REPLACE.
     replaced: set[str] = field(default_factory=set)
@@ -278,9 +278,10 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
             cur.execute("DELETE FROM events_seen WHERE event_id IN (SELECT event_id FROM _rows)")
             cur.unregister("_rows")
         _insert(cur, "events_seen", SEEN_FIELDS, list(gen.seen.values()), "INSERT")
-        for verb, runs, decisions in _by_verb(gen):
+        for verb, runs in _by_verb(gen):
             _insert(cur, "runs", RUN_FIELDS, runs, verb, RUN_JSON_COLUMNS)
-            _insert(cur, "decisions", DECISION_FIELDS, decisions, verb)
+        # A run is decided by one entry only (a decided run is never resumed): always new
+        _insert(cur, "decisions", DECISION_FIELDS, list(gen.decisions.values()), "INSERT")
         _insert(cur, "steps", STEP_FIELDS, gen.steps, "INSERT", STEP_JSON_COLUMNS)
         _insert(cur, "app_tasks", TASK_FIELDS, list(gen.tasks.values()), "INSERT OR REPLACE")
         _insert(cur, "outbox", OUTBOX_FIELDS, gen.outbox, "INSERT OR IGNORE")
@@ -309,19 +310,14 @@ def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
         raise
 
 
-def _by_verb(gen: _Generation) -> list[tuple[str, list[tuple], list[tuple]]]:
-    """The run rows and decisions to write, split into new ones (a plain INSERT) and those of
-    resumed runs (INSERT OR REPLACE); the two sets of run ids are disjoint."""
+def _by_verb(gen: _Generation) -> list[tuple[str, list[tuple]]]:
+    """The run rows to write, split into new ones (a plain INSERT) and those of resumed runs
+    (INSERT OR REPLACE); the two sets of run ids are disjoint."""
     replaced = gen.replaced
     if not replaced:
-        return [("INSERT", list(gen.runs.values()), list(gen.decisions.values()))]
-    out = []
-    for verb, again in (("INSERT", False), ("INSERT OR REPLACE", True)):
-        runs = [row for run_id, row in gen.runs.items() if (run_id in replaced) is again]
-        decisions = [row for run_id, row in gen.decisions.items()
-                     if (run_id in replaced) is again]
-        out.append((verb, runs, decisions))
-    return out
+        return [("INSERT", list(gen.runs.values()))]
+    return [(verb, [row for run_id, row in gen.runs.items() if (run_id in replaced) is again])
+            for verb, again in (("INSERT", False), ("INSERT OR REPLACE", True))]
 
 
 def _evict(cur: duckdb.DuckDBPyConnection, runs: list[tuple[str, int, int]]) -> None:

@@ -31,8 +31,9 @@ TABLES: dict[str, tuple[str, str]] = {
     "app_tasks": ("run_id VARCHAR, node_id VARCHAR, kind VARCHAR, queue VARCHAR, "
                   "status VARCHAR, deadline_ts BIGINT, created_ts BIGINT, claimed_by VARCHAR, "
                   "outcome VARCHAR, PRIMARY KEY (run_id, node_id)", "run_id, node_id"),
-    "decisions": ("run_id VARCHAR PRIMARY KEY, decision VARCHAR, ts BIGINT, offset_ BIGINT",
-                  "run_id"),
+    # No primary key either: one row per run, written by the entry that decided it (plain
+    # INSERT), and no reader looks a run up here (its row holds the decision too).
+    "decisions": ("run_id VARCHAR, decision VARCHAR, ts BIGINT, offset_ BIGINT", "run_id"),
     "workflow_versions": ("workflow_id VARCHAR, version INTEGER, event_type VARCHAR, "
                           "definition JSON, published_ts BIGINT, published_by VARCHAR, "
                           "PRIMARY KEY (workflow_id, version)", "workflow_id, version"),
