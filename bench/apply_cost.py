@@ -13,7 +13,11 @@ how much of apply is the engine. No HTTP, no log I/O: ``bench/api_cost.py`` meas
     .venv/bin/python bench/apply_cost.py --profile    # where the CPU goes (cProfile, top 25)
     .venv/bin/python bench/apply_cost.py --serving-gc # the collector as a serving node sets it
     .venv/bin/python bench/apply_cost.py --app        # W3 scored by an outside app: each
-                                                      # order is followed by its AppCompleted
+                                                      # order that called it is followed by
+                                                      # its AppCompleted
+    .venv/bin/python bench/apply_cost.py --app --answer-all  # ... and an answer naming no
+                                                      # task for each order decided before
+                                                      # the app node (looked up in DuckDB)
 
 Without ``--serving-gc`` the collector keeps CPython's defaults, as in every earlier figure of
 this bench; a node (``runner.gcpolicy``) collects far less often and freezes its startup heap,
@@ -43,6 +47,7 @@ from runner import gcpolicy, ids  # noqa: E402
 from runner.demo import W1_METRICS, OrderGenerator, w3_definition  # noqa: E402
 from runner.scoring import BUILTIN_DEMO, demo_score  # noqa: E402
 from runner.state import entries  # noqa: E402
+from runner.state.effects import CallApp  # noqa: E402
 from runner.state.machine import RunnerStateMachine  # noqa: E402
 
 T0 = 1_700_000_000_000
@@ -64,11 +69,18 @@ class Feed:
         self.offset += 1
 
 
-def build_feed(orders: int, seed: int, app: bool = False) -> tuple[Feed, int, list[dict]]:
+def build_feed(orders: int, seed: int, app: bool = False,
+               answer_all: bool = False) -> tuple[Feed, int, list[dict]]:
     """Setup entries, warm-up orders, measured orders (with batched confirmations). With
-    ``app`` the score node calls an outside app, and each order's answer (the demo model's
-    score) follows it as an ``AppCompleted`` entry 5 ms of log time later."""
+    ``app`` the score node calls an outside app, and the answer (the demo model's score) of
+    each order that called it follows as an ``AppCompleted`` entry 5 ms of log time later
+    (which orders call it is learnt by applying the feed as it is built); with
+    ``answer_all`` every order gets one, also those decided before the score node (a task
+    apply does not hold: answered 404 after a DuckDB lookup)."""
     feed = Feed()
+    scratch = (Path(tempfile.mkdtemp(prefix="railflow-apply-feed-")) if app and not answer_all
+               else None)
+    oracle = RunnerStateMachine(scratch / "node") if scratch is not None else None
     for text in W1_METRICS:
         feed.add(entries.METRIC_DEFINED, {"text": text}, T0)
     definition = w3_definition(APP if app else BUILTIN_DEMO)
@@ -84,7 +96,8 @@ def build_feed(orders: int, seed: int, app: bool = False) -> tuple[Feed, int, li
         feed.add(entries.EVENT_RECEIVED, order, ts)
         offset = feed.offset - 1
         run_id = ids.run_id(order["event_id"], definition["id"], offset)
-        if app:
+        calls = app and (answer_all or _calls_app(oracle, feed))
+        if calls:
             feed.add(entries.APP_COMPLETED, {
                 "run_id": run_id, "node_id": "score",
                 "result": {"payment_abuse": float(demo_score(order["data"]))}}, ts + 5)
@@ -93,9 +106,20 @@ def build_feed(orders: int, seed: int, app: bool = False) -> tuple[Feed, int, li
         if len(pending) == confirm_every_orders:
             feed.add(entries.EFFECTS_DONE, {"stored": pending, "outbox": []}, ts)
             pending = []
+    if oracle is not None:
+        oracle.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     measured_from = next(i for i, (_, raw) in enumerate(feed.records)
                          if Entry.decode(raw).kind == entries.EVENT_RECEIVED) + warmup_orders
     return feed, measured_from, datas
+
+
+def _calls_app(oracle: RunnerStateMachine, feed: Feed) -> bool:
+    """Apply the feed's records not applied yet; whether the last one called the app."""
+    effects: list = []
+    for offset, raw in feed.records[oracle.applied_offset + 1:]:
+        effects = oracle.apply(Entry.decode(raw, offset))
+    return any(isinstance(e, CallApp) for e in effects)
 
 
 def run_apply(feed: Feed, measured_from: int, profile: bool,
@@ -166,14 +190,20 @@ def main() -> None:
     ap.add_argument("--serving-gc", action="store_true",
                     help="the collector's thresholds and freeze of a serving node")
     ap.add_argument("--app", action="store_true",
-                    help="W3 scored by an outside app: an AppCompleted after every order")
+                    help="W3 scored by an outside app: an AppCompleted after every order that "
+                         "called it")
+    ap.add_argument("--answer-all", action="store_true",
+                    help="with --app: an answer after every order, also those decided before "
+                         "the app node")
     args = ap.parse_args()
     if args.serving_gc:
         gcpolicy.for_serving()
     orders = args.orders or (5_000 if args.quick else 50_000)
     repeats = args.repeats or (1 if args.quick else 3)
-    report = Report("apply_cost_app" if args.app else "apply_cost", args.quick)
-    feed, measured_from, datas = build_feed(orders, args.seed, app=args.app)
+    report = Report(("apply_cost_app_all" if args.answer_all else "apply_cost_app") if args.app
+                    else "apply_cost", args.quick)
+    feed, measured_from, datas = build_feed(orders, args.seed, app=args.app,
+                                            answer_all=args.answer_all)
     cpu, on_thread, wall, engine = [], [], [], []
     for _ in range(repeats):
         c, t, w, _ = run_apply(feed, measured_from, profile=False, serving_gc=args.serving_gc)
@@ -182,7 +212,8 @@ def main() -> None:
         wall.append(w)
         engine.append(run_engine_alone(datas))
     gc_note = (", serving gc" if args.serving_gc else "") + (
-        ", an app answer per order" if args.app else "")
+        ", an app answer per order" + (", to every order" if args.answer_all else " calling it")
+        if args.app else "")
     report.add(what=f"follower apply (decode+apply+flush{gc_note})", orders=orders,
                repeats=repeats,
                cpu_us_per_order=spread(cpu), wall_us_per_order=spread(wall))

@@ -99,9 +99,12 @@ class _Generation:
     def reset(self) -> None:
         """Empty every container in place. The apply thread reuses one stage for every entry:
         building a fresh one allocated 17 containers per entry, and with them young
-        collections. ``RowBuffer.absorb`` copies what it keeps, so nothing else holds them."""
-        for name in _CONTAINERS:
-            container = getattr(self, name)
+        collections. ``RowBuffer.absorb`` copies what it keeps, so nothing else holds them
+        (and nothing replaces them: the list of them is taken once)."""
+        containers = self.__dict__.get("_containers")
+        if containers is None:
+            containers = self.__dict__["_containers"] = [getattr(self, n) for n in _CONTAINERS]
+        for container in containers:
             if container:
                 container.clear()
 

@@ -89,6 +89,9 @@ class RunnerStateMachine:
             engine = Engine(self._dir / "metrics")
         self.engine = engine
         self._active: dict[str, tuple[int, str, Any]] = {}  # wf id -> (version, type, compiled)
+        # event type -> its active workflows (id, version, compiled) by id: read per order,
+        # cleared whenever ``_active`` changes
+        self._of_type: dict[str, list[tuple[str, int, Any]]] = {}
         self._applied = -1
         self._buffer = RowBuffer(self.con)
         self._seen: dict[str, int] = {}  # event id -> offset, within the dedup retention
@@ -398,8 +401,12 @@ class RunnerStateMachine:
         event = {"event_id": event_id, "type": etype, "ts": p.get("ts"), "data": data}
         effects: list[Any] = []
         views = []
-        for wf_id in sorted(w for w, (_, t, _) in self._active.items() if t == etype):
-            version, _, compiled = self._active[wf_id]
+        workflows = self._of_type.get(etype)
+        if workflows is None:
+            workflows = self._of_type[etype] = [
+                (wf_id, version, compiled) for wf_id, (version, t, compiled)
+                in sorted(self._active.items()) if t == etype]
+        for wf_id, version, compiled in workflows:
             run = {
                 "run_id": ids.run_id(event_id, wf_id, entry.offset), "event_id": event_id,
                 "event_type": etype, "workflow_id": wf_id, "version": version, "state": "running",
@@ -744,6 +751,7 @@ class RunnerStateMachine:
         self.con.execute("INSERT OR REPLACE INTO workflow_active VALUES (?, ?, ?)",
                          [wf_id, version, etype])
         self._active[wf_id] = (version, etype, compiled)  # last: nothing below can fail
+        self._of_type.clear()
         return [Reply(ok=True, result={"workflow_id": wf_id, "version": version,
                                        "event_type": etype})]
 
@@ -785,6 +793,7 @@ class RunnerStateMachine:
 
     def _rebuild_active(self) -> None:
         self._active = {}
+        self._of_type.clear()
         for wf_id, version, etype, definition in self.con.execute(
                 "SELECT a.workflow_id, a.version, a.event_type, v.definition "
                 "FROM workflow_active a JOIN workflow_versions v USING (workflow_id, version) "
