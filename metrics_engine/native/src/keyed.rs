@@ -36,6 +36,7 @@ use pyo3::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::aggregations::{Kind, State};
+use crate::slab::Slab;
 use crate::value::{In, Interner, Out, Val};
 
 /// What a state slot takes from an event.
@@ -121,17 +122,9 @@ pub struct KeySpace {
     /// states, each attached table's slots at its column (`GroupTable::col`), so an event
     /// updates every window of its key in one contiguous stretch of memory instead of one
     /// cold place per window. A freed id's states stay there, emptied, for the next key.
-    slab: Vec<Line>,
-    stride: usize,
+    /// Records never move (slab.rs): the slab grows by segments.
+    slab: Slab,
 }
-
-/// A slab state on a cache line of its own: a state is 64 bytes, and aligned it spans one
-/// line, not two (a record's window is then two lines for SUM and COUNT, not three).
-#[repr(C, align(64))]
-struct Line(Option<State>);
-
-// A slice of `Line`s is read as a slice of states (`KeySpace::states`): same size, no gaps.
-const _: () = assert!(std::mem::size_of::<Line>() == std::mem::size_of::<Option<State>>());
 
 impl KeySpace {
     pub fn find(&self, key: &[Val]) -> Option<u32> {
@@ -203,48 +196,20 @@ impl KeySpace {
         self.keys.len()
     }
 
-    /// The `w` states from slab index `at`.
-    fn states(&self, at: usize, w: usize) -> &[Option<State>] {
-        let s = &self.slab[at..at + w];
-        // SAFETY: `Line` is `repr(C)` around one `Option<State>` and of the same size
-        // (asserted above), so `w` lines are `w` states laid out as a slice.
-        unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), w) }
-    }
-
-    fn states_mut(&mut self, at: usize, w: usize) -> &mut [Option<State>] {
-        let s = &mut self.slab[at..at + w];
-        // SAFETY: as in `states`; the borrow of the lines is the borrow of the states.
-        unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), w) }
+    /// (segments, ids they hold) of the record slab (a debug counter for tests).
+    pub fn slab_shape(&self) -> (usize, usize) {
+        (self.slab.segments(), self.slab.capacity())
     }
 
     /// Empty the record slab and give it `stride` states per id (the plain tables are
     /// detached: `GroupTable::detach`, then `attach` each at its column).
     pub fn reset_slab(&mut self, stride: usize) {
-        self.slab = vec![];
-        self.stride = stride;
-    }
-
-    /// Make room in the slab for ids up to `id` (grows like a vector: amortised).
-    fn grow_slab(&mut self, id: usize) {
-        let need = (id + 1) * self.stride;
-        if self.slab.len() < need {
-            let want = need.max(self.slab.len() * 2);
-            if self.slab.capacity() < want {
-                // A new buffer, asked for in huge pages before its pages are touched: records
-                // are visited at random (an eviction per window per event), and with 4 KiB
-                // pages each visit of a large slab also misses the TLB.
-                let mut v: Vec<Line> = Vec::with_capacity(want);
-                advise_huge(v.as_ptr().cast(), want * std::mem::size_of::<Line>());
-                v.append(&mut self.slab);
-                self.slab = v;
-            }
-            self.slab.resize_with(want, || Line(None));
-        }
+        self.slab = Slab::new(stride);
     }
 
     /// Rewrite the event positions of every state in the slab (see `State::renumber`).
     pub fn renumber(&mut self, map: &[u64]) -> Result<(), u64> {
-        for s in self.slab.iter_mut().filter_map(|l| l.0.as_mut()) {
+        for s in self.slab.iter_mut() {
             s.renumber(map)?;
         }
         Ok(())
@@ -253,32 +218,8 @@ impl KeySpace {
     /// States whose power sums overflowed i128 and live in arbitrary precision now (a debug
     /// counter for tests).
     pub fn big_sums(&self) -> usize {
-        self.slab.iter().filter(|l| l.0.as_ref().is_some_and(|s| s.is_big())).count()
+        self.slab.iter().filter(|s| s.is_big()).count()
     }
-}
-
-/// Ask the kernel to back the buffer at `p` (`bytes` long) with transparent huge pages (where
-/// they are enabled on request: `madvise`). Only a hint: small buffers and failures are
-/// ignored.
-fn advise_huge(p: *const u8, bytes: usize) {
-    const HUGE: usize = 2 << 20;
-    if bytes < 2 * HUGE {
-        return;
-    }
-    #[cfg(target_os = "linux")]
-    {
-        let start = (p as usize).div_ceil(HUGE) * HUGE;
-        let end = (p as usize + bytes) / HUGE * HUGE;
-        if end > start {
-            // SAFETY: the range lies inside the caller's live allocation; MADV_HUGEPAGE changes
-            // no contents, only how the pages are backed.
-            unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = p;
 }
 
 /// A calendar bucket of one key. While it holds at most `RAW_MAX` events and has no partials
@@ -651,7 +592,7 @@ pub struct GroupTable {
     pub inputs: Vec<Input>,
     entries: Vec<Option<Entry>>, // by key id (calendar tables)
     /// Plain tables: where the states are. Attached (`Some(col)`): in the key space's record
-    /// slab at `id * stride + col + slot`; detached (while a plan changes, or a scratch
+    /// slab (slab.rs), id's record from `col`; detached (while a plan changes, or a scratch
     /// table): in `flat`, by `id * width + slot`.
     col: Option<usize>,
     flat: Vec<Option<State>>,
@@ -719,8 +660,8 @@ impl GroupTable {
             }
         } else {
             let got = match self.col {
-                Some(c) => space.slab.get(i * space.stride + c).map(|l| &l.0),
-                None => self.flat.get(i * self.sids.len()),
+                Some(c) => space.slab.addr(i, c),
+                None => self.flat.get(i * self.sids.len()).map(|s| s as *const Option<State>),
             };
             match got {
                 Some(s) => ((s as *const Option<State>).cast(),
@@ -767,7 +708,7 @@ impl GroupTable {
     fn states_of<'a>(&'a self, space: &'a KeySpace, id: u32) -> &'a [Option<State>] {
         let (w, i) = (self.sids.len(), id as usize);
         match self.col {
-            Some(c) => space.states(i * space.stride + c, w),
+            Some(c) => space.slab.states(i, c, w),
             None => &self.flat[i * w..(i + 1) * w],
         }
     }
@@ -796,7 +737,7 @@ impl GroupTable {
             *w |= 1 << (i % 64);
             let width = self.sids.len();
             if self.col.is_some() {
-                space.grow_slab(i);
+                space.slab.grow(i);
             } else if self.flat.len() < (i + 1) * width {
                 // Room for the ids up to this one (grows like a vector: amortised).
                 let want = ((i + 1) * width).max(self.flat.len() * 2);
@@ -844,7 +785,7 @@ impl GroupTable {
                          -> (&'a [Kind], &'a [Input], &'a mut [Option<State>]) {
         let (w, i) = (self.sids.len(), id as usize);
         let states = match self.col {
-            Some(c) => space.states_mut(i * space.stride + c, w),
+            Some(c) => space.slab.states_mut(i, c, w),
             None => &mut self.flat[i * w..(i + 1) * w],
         };
         (&self.kinds, &self.inputs, states)
@@ -860,9 +801,9 @@ impl GroupTable {
         self.flat = Vec::with_capacity(n * w);
         self.flat.resize_with(n * w, || None);
         for id in ids {
-            let (i, b) = (id as usize, id as usize * space.stride + c);
+            let i = id as usize;
             for j in 0..w {
-                self.flat[i * w + j] = space.slab.get_mut(b + j).and_then(|s| s.0.take());
+                self.flat[i * w + j] = space.slab.take(i, c + j);
             }
         }
     }
@@ -878,9 +819,10 @@ impl GroupTable {
         self.col = Some(col);
         for id in self.ids() {
             let i = id as usize;
-            space.grow_slab(i);
-            for j in 0..w {
-                space.slab[i * space.stride + col + j] = Line(flat.get_mut(i * w + j).and_then(|s| s.take()));
+            space.slab.grow(i);
+            let states = space.slab.states_mut(i, col, w);
+            for (j, st) in states.iter_mut().enumerate() {
+                *st = flat.get_mut(i * w + j).and_then(|s| s.take());
             }
         }
     }

@@ -1483,6 +1483,12 @@ impl StreamCore {
         self.core.spaces.iter().map(|s| (s.ids(), s.made())).collect()
     }
 
+    /// Per key space, (segments, ids they hold) of its record slab: a debug counter for tests
+    /// (the slab grows by segments that never move, slab.rs).
+    fn slab_shape(&self) -> Vec<(usize, usize)> {
+        self.core.spaces.iter().map(|s| s.slab_shape()).collect()
+    }
+
     /// Metric `name`'s value for the group key `key` (one value per group field) at `ts`,
     /// as if an event came at `ts` without being part of any window. Changes nothing.
     fn query(&mut self, py: Python<'_>, name: &str, key: Vec<Bound<'_, PyAny>>, ts: i64) -> PyResult<PyObject> {
