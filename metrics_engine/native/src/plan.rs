@@ -406,14 +406,7 @@ impl StreamCore {
         res.setattr(intern!(py, "open_bytes"), open_bytes)?;
         res.setattr(intern!(py, "next_pos"), pos + 1)?;
         res.setattr(intern!(py, "last_ts"), ts)?;
-        let lw = self.lowered.entry(k).or_default();
-        if lw.ts.len() == idx {
-            lw.ts.push(ts);
-            lw.vals.extend_from_slice(&self.cur.vals);
-            lw.preds.extend_from_slice(&self.cur.preds);
-            lw.kids.extend_from_slice(&self.cur.kids);
-        }
-        self.bound_lowered(k);
+        self.keep_lowered(k, idx, ts);
         self.chunk_map.open = Some((k, first));
         self.chunk_map.next_pos = pos + 1;
         if open_bytes >= self.chunk_bytes_target {
@@ -439,14 +432,7 @@ impl StreamCore {
         b.open_bytes += self.blob.len() as i64 + 1;
         b.next_pos = pos + 1;
         b.last_ts = Some(ts);
-        let lw = self.lowered.entry(k).or_default();
-        if lw.ts.len() == idx {
-            lw.ts.push(ts);
-            lw.vals.extend_from_slice(&self.cur.vals);
-            lw.preds.extend_from_slice(&self.cur.preds);
-            lw.kids.extend_from_slice(&self.cur.kids);
-        }
-        self.bound_lowered(k);
+        self.keep_lowered(k, idx, ts);
         self.chunk_map.next_pos = pos + 1;
         let close = b.open_bytes >= self.chunk_bytes_target;
         let r = if close { Self::write_back(py, res, &mut b) } else { Ok(()) };
@@ -698,6 +684,20 @@ impl StreamCore {
             }
             None => Ok(()),
         }
+    }
+
+    /// The current row (`self.cur`, at `ts`) joins the lowered cache as row `idx` of chunk
+    /// `k` (unless the cache holds that row already), so heads passing it later do not lower
+    /// the event again.
+    fn keep_lowered(&mut self, k: i64, idx: usize, ts: i64) {
+        let lw = self.lowered.entry(k).or_default();
+        if lw.ts.len() == idx {
+            lw.ts.push(ts);
+            lw.vals.extend_from_slice(&self.cur.vals);
+            lw.preds.extend_from_slice(&self.cur.preds);
+            lw.kids.extend_from_slice(&self.cur.kids);
+        }
+        self.bound_lowered(k);
     }
 
     /// Keep the key ids `row` got in the lowered cache's row (chunk `k`, index `idx`).
