@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import duckdb
@@ -83,29 +84,37 @@ class Scan:
 
 
 def scan(cur: duckdb.DuckDBPyConnection) -> Scan:
-    """Sum every table from DuckDB (a full scan: restore and tests only)."""
+    """Sum every table from DuckDB (a full scan, in batches: restore and tests only; ~5 us
+    of CPU per row, parsing runs' and steps' JSON back)."""
     out = Scan()
     entities = out.entities
     total = 0
-    for row in cur.execute("SELECT * FROM events_seen").fetchall():
+    for row in _rows(cur, "events_seen"):
         h = out.seen[row[0]] = row_hash("events_seen", row)
         total += h
-    for row in cur.execute("SELECT * FROM runs").fetchall():
+    for row in _rows(cur, "runs"):
         h = run_hash(parsed(row, RUN_JSON))
         entities[row[0]] = entities.get(row[0], 0) + h
         total += h + stored_hash(row[0], row[RUN_STORED])
     for table, json_columns in (("steps", STEP_JSON), ("app_tasks", ()), ("decisions", ())):
-        for row in cur.execute(f"SELECT * FROM {table}").fetchall():
+        for row in _rows(cur, table):
             h = row_hash(table, parsed(row, json_columns))
             entities[row[0]] = entities.get(row[0], 0) + h
             total += h
-    for row in cur.execute("SELECT * FROM outbox").fetchall():
+    for row in _rows(cur, "outbox"):
         h = out.outbox[row[0]] = row_hash("outbox", row)
         total += h
     out.cold = scan_cold(cur)
     out.total = (total + out.cold) & MASK
     out.entities = {run_id: h & MASK for run_id, h in entities.items()}
     return out
+
+
+def _rows(cur: duckdb.DuckDBPyConnection, table: str, batch: int = 8_192) -> Iterator[tuple]:
+    """Every row of ``table``, a batch at a time (an hour of runs held is millions of rows)."""
+    cur.execute(f"SELECT * FROM {table}")
+    while rows := cur.fetchmany(batch):
+        yield from rows
 
 
 def scan_cold(cur: duckdb.DuckDBPyConnection) -> int:
