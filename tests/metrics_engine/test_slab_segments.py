@@ -2,9 +2,10 @@
 
 Two dozen misaligned windows over one group-by (W1's P3 shape, scaled down) while the live
 keys rise to a few hundred, fall back as cards stop coming (ids freed and reused) and rise
-again: the records spread over several segments, every value equals the brute-force oracle,
-and a clean close and reopen midway, or a snapshot restored on another engine, carries on
-with the same values and digest as an engine fed straight through.
+again: the records spread over several segments (made as the ids come, not a segment at
+once), every value equals the brute-force oracle, and a clean close and reopen midway, or a
+snapshot restored on another engine, carries on with the same values and digest as an
+engine fed straight through.
 """
 
 from __future__ import annotations
@@ -57,11 +58,13 @@ def test_records_across_segments_match_the_oracle_through_restart_and_restore(tm
     straight = _engine(tmp_path / "straight", texts)
     want_values = [straight.ingest("payments", ev, t) for t, ev in stream]
     core = straight._plan.streams["payments"].core
-    ((segments, capacity),) = core.slab_shape()
+    ((segments, capacity, ready),) = core.slab_shape()
     ((_, made),) = core.key_ids()
-    # Several segments, each made only when the ids needed it (no slack beyond a doubling).
+    # Several segments, each made only when the ids needed it (no slack beyond a doubling),
+    # and records only for the ids made (a segment's pages are touched as its ids come).
     assert segments >= 4
     assert capacity // 2 < made <= capacity
+    assert ready == made
 
     eng = _engine(tmp_path / "e", texts)
     got = [eng.ingest("payments", ev, t) for t, ev in stream[:half]]

@@ -196,9 +196,10 @@ impl KeySpace {
         self.keys.len()
     }
 
-    /// (segments, ids they hold) of the record slab (a debug counter for tests).
-    pub fn slab_shape(&self) -> (usize, usize) {
-        (self.slab.segments(), self.slab.capacity())
+    /// (segments, ids they have room for, ids whose records are made) of the record slab
+    /// (a debug counter for tests).
+    pub fn slab_shape(&self) -> (usize, usize, usize) {
+        (self.slab.segments(), self.slab.capacity(), self.slab.ready())
     }
 
     /// Empty the record slab and give it `stride` states per id (the plain tables are

@@ -1483,9 +1483,10 @@ impl StreamCore {
         self.core.spaces.iter().map(|s| (s.ids(), s.made())).collect()
     }
 
-    /// Per key space, (segments, ids they hold) of its record slab: a debug counter for tests
-    /// (the slab grows by segments that never move, slab.rs).
-    fn slab_shape(&self) -> Vec<(usize, usize)> {
+    /// Per key space, (segments, ids they have room for, ids whose records are made) of its
+    /// record slab: a debug counter for tests (the slab grows by segments that never move,
+    /// their records made as the ids come, slab.rs).
+    fn slab_shape(&self) -> Vec<(usize, usize, usize)> {
         self.core.spaces.iter().map(|s| s.slab_shape()).collect()
     }
 

@@ -7,6 +7,8 @@
 //! MiB, a latency spike of milliseconds, with every fresh page faulted in twice.)
 //!
 //! Callers index by (id, column, width) and must `grow` to an id before touching it.
+//! Records are made in id order as `grow` reaches them (a segment's memory is reserved
+//! whole, its pages touched record by record).
 
 use crate::aggregations::State;
 
@@ -26,15 +28,16 @@ pub struct Slab {
     segs: Vec<Vec<Line>>,
     stride: usize,
     shift: u32, // segment 0 holds `1 << shift` ids
+    ready: usize, // ids `0..ready` have their records made
 }
 
 impl Slab {
     pub fn new(stride: usize) -> Slab {
         let per = (FIRST_BYTES / (stride.max(1) * std::mem::size_of::<Line>())).max(1);
-        Slab { segs: vec![], stride, shift: usize::BITS - 1 - per.leading_zeros() }
+        Slab { segs: vec![], stride, shift: usize::BITS - 1 - per.leading_zeros(), ready: 0 }
     }
 
-    /// Ids the segments made so far hold (ids `0..capacity()`).
+    /// Ids the segments made so far have room for (ids `0..capacity()`).
     pub fn capacity(&self) -> usize {
         match self.segs.len() {
             0 => 0,
@@ -45,6 +48,11 @@ impl Slab {
     /// Segments made so far (a debug counter for tests).
     pub fn segments(&self) -> usize {
         self.segs.len()
+    }
+
+    /// Ids whose records are made (a debug counter for tests).
+    pub fn ready(&self) -> usize {
+        self.ready
     }
 
     /// (segment, first id of that segment) of id `id`.
@@ -100,20 +108,37 @@ impl Slab {
         self.lines_mut(id, col, 1).and_then(|l| l[0].0.take())
     }
 
-    /// Make room for ids up to `id`: new segments, each asked for in huge pages before its
-    /// pages are touched (records are visited at random, an eviction per window per event,
-    /// and with 4 KiB pages each visit of a large slab also misses the TLB).
+    /// Ids segment `s` holds.
+    fn seg_ids(&self, s: usize) -> usize {
+        match s {
+            0 => 1usize << self.shift,
+            _ => (1usize << self.shift) << (s - 1),
+        }
+    }
+
+    /// Make room for ids up to `id`. A segment's memory is reserved whole when the ids reach
+    /// it (asked for in huge pages before its pages are touched: records are visited at
+    /// random, an eviction per window per event, and with 4 KiB pages each visit of a large
+    /// slab also misses the TLB) but its records are made as the ids come, so the page
+    /// faults are spread over the events that bring new keys: making a segment of tens of
+    /// MiB at once stalled one event for as many milliseconds.
+    #[inline]
     pub fn grow(&mut self, id: usize) {
-        while self.capacity() <= id {
-            let ids = match self.segs.len() {
-                0 => 1usize << self.shift,
-                _ => self.capacity(), // segment j >= 1 doubles the capacity
-            };
-            let n = ids * self.stride;
-            let mut v: Vec<Line> = Vec::with_capacity(n);
-            advise_huge(v.as_ptr().cast(), n * std::mem::size_of::<Line>());
-            v.resize_with(n, || Line(None));
-            self.segs.push(v);
+        if id < self.ready {
+            return;
+        }
+        while self.ready <= id {
+            let (s, first) = self.place(self.ready);
+            let n = self.seg_ids(s);
+            if s == self.segs.len() {
+                let v: Vec<Line> = Vec::with_capacity(n * self.stride);
+                advise_huge(v.as_ptr().cast(), n * self.stride * std::mem::size_of::<Line>());
+                self.segs.push(v);
+            }
+            let end = (first + n).min(id + 1);
+            // Within the capacity reserved: the segment's records do not move.
+            self.segs[s].resize_with((end - first) * self.stride, || Line(None));
+            self.ready = end;
         }
     }
 
