@@ -96,6 +96,17 @@ def limits(spec: tuple, t: int, next_pos: int) -> tuple[int, int]:
     return (t - align) // every * every + align - lag - 1, next_pos
 
 
+def _arrow_column(kind: str, values: bytes, valid: bytes, nulls: int) -> Any:
+    """A column the core handed back as buffers (``OutCol`` in plan.rs): float64 or int64
+    values, little-endian, and a validity bit per row (LSB first)."""
+    import pyarrow as pa
+
+    t = pa.float64() if kind == "f8" else pa.int64()
+    n = len(values) // 8
+    bitmap = pa.py_buffer(valid) if nulls else None
+    return pa.Array.from_buffers(t, n, [bitmap, pa.py_buffer(values)], null_count=nulls)
+
+
 def arrow_values(c: Any) -> list:
     """An Arrow array's values as ``to_pylist`` gives them, through numpy where that gives the
     same Python objects about ten times faster: numbers and booleans without nulls, strings."""
@@ -489,8 +500,13 @@ class Plan:
             ts = last
         return sp.core.ingest(event, ts)
 
-    def ingest_many(self, stream: str, ts: Any, columns: Any) -> dict[str, list]:
-        """See ``Engine.ingest_many``: Arrow/numpy columns in, one list per metric out."""
+    def ingest_many(self, stream: str, ts: Any, columns: Any,
+                    arrow: bool = False) -> dict[str, Any]:
+        """See ``Engine.ingest_many``: Arrow/numpy columns in, one list per metric out.
+
+        ``arrow``: where the batch runs natively, metrics whose value is always a float or an
+        int (AVG, STDDEV, SKEWNESS, RATIO, COUNT, ...) come back as ``pyarrow`` arrays made
+        from the core's buffers, with no Python object per value (the others as lists)."""
         import numpy as np
         import pyarrow as pa
 
@@ -503,7 +519,12 @@ class Plan:
                 ts = ts.to_numpy(zero_copy_only=False)
             ts_bytes = np.asarray(ts, dtype=np.int64).tobytes()
             cols = [typed_column(c) for c in columns.values()]
-            return sp.core.ingest_arrays(list(columns), cols, ts_bytes)
+            out = sp.core.ingest_arrays(list(columns), cols, ts_bytes, arrow)
+            if arrow:
+                for name, v in out.items():
+                    if isinstance(v, tuple):
+                        out[name] = _arrow_column(*v)
+            return out
         names, cols = list(columns), []
         for c in columns.values():  # one Python list per column: far cheaper than per row
             if isinstance(c, pa.ChunkedArray | pa.Array):

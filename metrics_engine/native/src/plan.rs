@@ -16,7 +16,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
-use crate::aggregations::{lower as finalize, Func, Kind, State};
+use crate::aggregations::{lower as finalize, lower_typed, Func, Kind, State, Typed};
 use crate::keyed::{GroupTable, Hop, Input, KeySpace, View};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
@@ -530,7 +530,7 @@ impl StreamCore {
     /// `ingest_arrays`' work; `npreds`: the lowered predicates (taken out of `self`).
     fn ingest_typed<'py>(&mut self, py: Python<'py>, names: Vec<Py<PyString>>,
                          cols: Vec<Bound<'py, PyTuple>>, ts: &[u8],
-                         npreds: Option<&(Vec<Node>, Vec<String>)>)
+                         npreds: Option<&(Vec<Node>, Vec<String>)>, arrow: bool)
                          -> PyResult<Bound<'py, PyDict>> {
         if ts.len() % 8 != 0 || names.len() != cols.len() {
             return Err(pyo3::exceptions::PyValueError::new_err("columns differ in length"));
@@ -622,8 +622,9 @@ impl StreamCore {
         }
         let onames: Vec<Py<PyString>> = self.outputs.iter()
             .flat_map(|o| o.metrics.iter().map(|m| m.0.clone_ref(py))).collect();
-        let mut out_cols: Vec<Vec<PyObject>> =
-            onames.iter().map(|_| Vec::with_capacity(n)).collect();
+        // `arrow`: metrics whose value is always a float or an int come back as buffers.
+        let mut out_cols: Vec<OutCol> = self.outputs.iter()
+            .flat_map(|o| o.metrics.iter().map(|m| OutCol::new(arrow, m.2, n))).collect();
         self.begin_batch(py)?;
         let none = py.None().into_bound(py);
         let mut start = 0;
@@ -642,7 +643,10 @@ impl StreamCore {
                     let entry = self.core.read(o.table, &mut self.cur, t);
                     for (_, slot, func) in &o.metrics {
                         let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
-                        out_cols[c].push(finalize(py, *func, st, t, &self.strings));
+                        match &mut out_cols[c] {
+                            OutCol::Obj(v) => v.push(finalize(py, *func, st, t, &self.strings)),
+                            col => col.push(lower_typed(*func, st, t)),
+                        }
                         c += 1;
                     }
                 }
@@ -656,7 +660,7 @@ impl StreamCore {
         w?;
         let out = PyDict::new(py);
         for (nm, col) in onames.iter().zip(out_cols) {
-            out.set_item(nm.bind(py), PyList::new(py, col)?)?;
+            out.set_item(nm.bind(py), col.into_py(py)?)?;
         }
         Ok(out)
     }
@@ -954,6 +958,63 @@ impl StreamCore {
             c.idx += 1;
         }
         Ok(())
+    }
+}
+
+/// One metric's values of a batch: Python objects, or (`ingest_arrays(arrow=True)`) a float or
+/// int column with a validity bit per row, handed back as Arrow's buffers (`("f8" | "i8",
+/// values, validity, nulls)`: little-endian values, LSB-first bits) so a batch of W2 makes
+/// no Python object for most of its 405 values.
+enum OutCol {
+    Obj(Vec<PyObject>),
+    F(Vec<f64>, Vec<u8>, usize),
+    I(Vec<i64>, Vec<u8>, usize),
+}
+
+impl OutCol {
+    fn new(arrow: bool, func: Func, n: usize) -> OutCol {
+        let bits = vec![0u8; n.div_ceil(8)];
+        match (arrow, lower_typed(func, None, 0)) {
+            (true, Some(Typed::F(_))) => OutCol::F(Vec::with_capacity(n), bits, 0),
+            (true, Some(Typed::I(_))) => OutCol::I(Vec::with_capacity(n), bits, 0),
+            _ => OutCol::Obj(Vec::with_capacity(n)),
+        }
+    }
+
+    fn push(&mut self, v: Option<Typed>) {
+        fn mark(bits: &mut [u8], i: usize, valid: bool, nulls: &mut usize) {
+            if valid {
+                bits[i / 8] |= 1 << (i % 8);
+            } else {
+                *nulls += 1;
+            }
+        }
+        match (self, v) {
+            (OutCol::F(d, bits, nulls), Some(Typed::F(x))) => {
+                mark(bits, d.len(), x.is_some(), nulls);
+                d.push(x.unwrap_or(0.0));
+            }
+            (OutCol::I(d, bits, nulls), Some(Typed::I(x))) => {
+                mark(bits, d.len(), x.is_some(), nulls);
+                d.push(x.unwrap_or(0));
+            }
+            _ => unreachable!("a typed column takes its function's typed value"),
+        }
+    }
+
+    fn into_py(self, py: Python<'_>) -> PyResult<PyObject> {
+        let bytes = |b: &[u8]| PyBytes::new(py, b).into_any().unbind();
+        Ok(match self {
+            OutCol::Obj(v) => PyList::new(py, v)?.into_any().unbind(),
+            OutCol::F(d, bits, nulls) => {
+                let raw: Vec<u8> = d.iter().flat_map(|x| x.to_le_bytes()).collect();
+                ("f8", bytes(&raw), bytes(&bits), nulls).into_pyobject(py)?.into_any().unbind()
+            }
+            OutCol::I(d, bits, nulls) => {
+                let raw: Vec<u8> = d.iter().flat_map(|x| x.to_le_bytes()).collect();
+                ("i8", bytes(&raw), bytes(&bits), nulls).into_pyobject(py)?.into_any().unbind()
+            }
+        })
     }
 }
 
@@ -1338,15 +1399,18 @@ impl StreamCore {
     /// `ingest_columns` for a plan without predicates, over typed columns (`Column`, built
     /// by plan.py from Arrow or numpy): no Python object per row but the metrics' values.
     /// `ts` holds one little-endian i64 per row. Same checks, clamping and values.
+    /// `arrow`: metrics whose value is always a float or an int come back as Arrow buffers
+    /// (see `OutCol`), the others as lists.
+    #[pyo3(signature = (names, cols, ts, arrow=false))]
     fn ingest_arrays<'py>(&mut self, py: Python<'py>, names: Vec<Py<PyString>>,
-                          cols: Vec<Bound<'py, PyTuple>>, ts: &[u8])
+                          cols: Vec<Bound<'py, PyTuple>>, ts: &[u8], arrow: bool)
                           -> PyResult<Bound<'py, PyDict>> {
         if !self.preds.is_empty() && self.npreds.is_none() {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "the plan's predicates are not lowered: use ingest_columns"));
         }
         let npreds = self.npreds.take();
-        let r = self.ingest_typed(py, names, cols, ts, npreds.as_ref());
+        let r = self.ingest_typed(py, names, cols, ts, npreds.as_ref(), arrow);
         self.npreds = npreds;
         r
     }
