@@ -123,9 +123,48 @@ pub fn write(out: &mut Vec<u8>, v: &Bound<'_, PyAny>, depth: u32, nulled: &mut b
     Ok(())
 }
 
+/// The JSON (`"name":`) of the top-level keys of recent events, by the key object: a
+/// service's events (orjson's key cache) and the rows of a batch or a table (one name object
+/// per column) bring the same key objects event after event, so each key is escaped and
+/// written once, not per event. Direct-mapped by address; an entry holds its key, so the
+/// address cannot be taken by another object while it is cached.
+pub struct KeyCache {
+    slots: Vec<Option<(Py<PyString>, Vec<u8>)>>,
+}
+
+const KEY_SLOTS: usize = 64;
+
+impl Default for KeyCache {
+    fn default() -> KeyCache {
+        KeyCache { slots: (0..KEY_SLOTS).map(|_| None).collect() }
+    }
+}
+
+impl KeyCache {
+    /// Append `"k":` to `out`.
+    fn write(&mut self, out: &mut Vec<u8>, k: &Bound<'_, PyString>) -> Result<(), NotJson> {
+        let p = k.as_ptr() as usize;
+        let slot = &mut self.slots[(p >> 4) % KEY_SLOTS];
+        if let Some((key, json)) = slot {
+            if key.as_ptr() as usize == p {
+                out.extend_from_slice(json);
+                return Ok(());
+            }
+        }
+        let s = k.to_str().map_err(|_| NotJson("is not UTF-8".into()))?;
+        let mut json = Vec::with_capacity(s.len() + 3);
+        string(&mut json, s);
+        json.push(b':');
+        out.extend_from_slice(&json);
+        *slot = Some((k.clone().unbind(), json));
+        Ok(())
+    }
+}
+
 /// `[ts, event]` for a top-level event mapping; an error names the offending field. Returns
 /// whether a non-finite float was written as null (the event read back differs from `ev`).
-pub fn event(out: &mut Vec<u8>, ts: i64, ev: &Bound<'_, PyAny>) -> Result<bool, (String, NotJson)> {
+pub fn event(out: &mut Vec<u8>, ts: i64, ev: &Bound<'_, PyAny>, keys: &mut KeyCache)
+             -> Result<bool, (String, NotJson)> {
     let mut nulled = false;
     out.clear();
     out.push(b'[');
@@ -141,8 +180,7 @@ pub fn event(out: &mut Vec<u8>, ts: i64, ev: &Bound<'_, PyAny>) -> Result<bool, 
             let Ok(ks) = k.downcast::<PyString>() else {
                 return Err((name(), NotJson("is not a string key".into())));
             };
-            string(out, ks.to_str().map_err(|_| (name(), NotJson("is not UTF-8".into())))?);
-            out.push(b':');
+            keys.write(out, ks).map_err(|e| (name(), e))?;
             write(out, &x, 1, &mut nulled).map_err(|e| (name(), e))?;
         }
         out.push(b'}');

@@ -281,6 +281,8 @@ pub struct StreamCore {
     /// handed to the reservoir: a closing chunk's payload, moved to the writer whole.
     ojson: Vec<u8>,
     template: Option<(Py<PyDict>, bool)>,
+    /// The JSON of the events' top-level keys, by key object (json.rs).
+    json_keys: crate::json::KeyCache,
 }
 
 /// The reservoir's open chunk while a batch goes in: kept here, written back to the Python
@@ -729,7 +731,7 @@ impl StreamCore {
     fn step(&mut self, py: Python<'_>, event: &Bound<'_, PyAny>, ts: i64) -> PyResult<()> {
         // A bad event is refused before anything changes.
         self.lower_into(py, event, true)?;
-        match crate::json::event(&mut self.blob, ts, event) {
+        match crate::json::event(&mut self.blob, ts, event, &mut self.json_keys) {
             Err((field, why)) => Err(self.input_error(py, &field, &why.0)),
             Ok(false) => self.take(py, event, ts),
             Ok(true) => {
@@ -1053,6 +1055,7 @@ impl StreamCore {
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
             chunk_map: Chunks::default(), batch: None, scratch: Default::default(), npreds: None,
             trim_due: false, ojson: vec![b'['], template: None,
+            json_keys: Default::default(),
         })
     }
 
@@ -1346,7 +1349,7 @@ impl StreamCore {
                 flags.push(p.bind(py).call1((&d,)).and_then(|x| x.is_truthy())
                     .map_err(|e| tag(e, i))?);
             }
-            let d = match crate::json::event(&mut self.blob, t, d.as_any()) {
+            let d = match crate::json::event(&mut self.blob, t, d.as_any(), &mut self.json_keys) {
                 Err((field, why)) => return Err(tag(self.input_error(py, &field, &why.0), i)),
                 Ok(false) => d,
                 Ok(true) => {
