@@ -122,7 +122,7 @@ pub struct KeySpace {
     /// states, each attached table's slots at its column (`GroupTable::col`), so an event
     /// updates every window of its key in one contiguous stretch of memory instead of one
     /// cold place per window. A freed id's states stay there, emptied, for the next key.
-    /// Records never move (slab.rs): the slab grows by segments.
+    /// The slab grows without copying its records (slab.rs).
     slab: Slab,
 }
 
@@ -196,10 +196,10 @@ impl KeySpace {
         self.keys.len()
     }
 
-    /// (segments, ids they have room for, ids whose records are made) of the record slab
+    /// (times it grew, ids it has room for, ids whose records are made) of the record slab
     /// (a debug counter for tests).
     pub fn slab_shape(&self) -> (usize, usize, usize) {
-        (self.slab.segments(), self.slab.capacity(), self.slab.ready())
+        (self.slab.grows(), self.slab.capacity(), self.slab.ready())
     }
 
     /// Empty the record slab and give it `stride` states per id (the plain tables are

@@ -3,7 +3,7 @@
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
 //! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `columns` (a batch's typed columns), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
-//! ids to states), `slab` (a key space's records, in segments that never move), `window` (cursors), `writer` (the reservoir's disk writer thread), `plan` (one stream's hot path, `StreamCore`).
+//! ids to states), `slab` (a key space's records, grown without copying), `window` (cursors), `writer` (the reservoir's disk writer thread), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
 

@@ -1550,9 +1550,9 @@ impl StreamCore {
         self.core.spaces.iter().map(|s| (s.ids(), s.made())).collect()
     }
 
-    /// Per key space, (segments, ids they have room for, ids whose records are made) of its
-    /// record slab: a debug counter for tests (the slab grows by segments that never move,
-    /// their records made as the ids come, slab.rs).
+    /// Per key space, (times it grew, ids it has room for, ids whose records are made) of its
+    /// record slab: a debug counter for tests (the slab grows without copying its records,
+    /// which are made as the ids come, slab.rs).
     fn slab_shape(&self) -> Vec<(usize, usize, usize)> {
         self.core.spaces.iter().map(|s| s.slab_shape()).collect()
     }

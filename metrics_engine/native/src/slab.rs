@@ -1,14 +1,14 @@
-//! A key space's record slab (keyed.rs `KeySpace`): `stride` states per key id, in segments
-//! that never move. Segment 0 holds `first` ids and segment j >= 1 holds `first << (j - 1)`,
-//! so a slab of n ids has O(log n) segments, finds a record with a shift and a leading-zero
-//! count, and grows by adding a segment: the records already there are neither copied nor
-//! moved. (A doubling vector copied the whole slab within one event: with W1's 120
-//! misaligned windows a record is 15 KiB, and a few thousand keys made a copy of tens of
-//! MiB, a latency spike of milliseconds, with every fresh page faulted in twice.)
+//! A key space's record slab (keyed.rs `KeySpace`): `stride` states per key id, one record
+//! after another in one anonymous memory mapping. The mapping grows by `mremap` (the kernel
+//! moves page tables: the records are not copied), and a record is made when its id first
+//! needs it, so a growing slab faults its pages in over the events that bring new keys. (A
+//! vector doubling copied the whole slab within one event: with W1's 120 misaligned windows
+//! a record is 15 KiB, and a few thousand keys made a copy of tens of MiB, a stall of tens
+//! of milliseconds, every fresh page faulted in twice.) One base address keeps a record's
+//! place a multiplication away, as in a vector.
 //!
-//! Callers index by (id, column, width) and must `grow` to an id before touching it.
-//! Records are made in id order as `grow` reaches them (a segment's memory is reserved
-//! whole, its pages touched record by record).
+//! Callers index by (id, column, width) and must `grow` to an id before touching it; a
+//! record's address may change when the slab grows (nothing holds one across a `grow`).
 
 use crate::aggregations::State;
 
@@ -20,34 +20,43 @@ pub struct Line(pub Option<State>);
 // A slice of `Line`s is read as a slice of states (`Slab::states`): same size, no gaps.
 const _: () = assert!(std::mem::size_of::<Line>() == std::mem::size_of::<Option<State>>());
 
-/// Bytes of states segment 0 holds at most (then at least one record).
+const LINE: usize = std::mem::size_of::<Line>();
+/// The first mapping's size; each growth at least doubles it.
 const FIRST_BYTES: usize = 64 << 10;
 
-#[derive(Default)]
 pub struct Slab {
-    segs: Vec<Vec<Line>>,
+    ptr: *mut Line,
+    bytes: usize, // mapped
     stride: usize,
-    shift: u32, // segment 0 holds `1 << shift` ids
     ready: usize, // ids `0..ready` have their records made
+    grows: usize,
+}
+
+// SAFETY: the slab owns its mapping and the states in it, as a `Vec<Line>` would, and
+// gives them out only through `&self` / `&mut self` borrows: it is Send and Sync when
+// `Vec<Line>` is.
+unsafe impl Send for Slab {}
+unsafe impl Sync for Slab {}
+
+impl Default for Slab {
+    fn default() -> Slab {
+        Slab::new(0)
+    }
 }
 
 impl Slab {
     pub fn new(stride: usize) -> Slab {
-        let per = (FIRST_BYTES / (stride.max(1) * std::mem::size_of::<Line>())).max(1);
-        Slab { segs: vec![], stride, shift: usize::BITS - 1 - per.leading_zeros(), ready: 0 }
+        Slab { ptr: std::ptr::NonNull::dangling().as_ptr(), bytes: 0, stride, ready: 0, grows: 0 }
     }
 
-    /// Ids the segments made so far have room for (ids `0..capacity()`).
+    /// Ids the mapping has room for (ids `0..capacity()`).
     pub fn capacity(&self) -> usize {
-        match self.segs.len() {
-            0 => 0,
-            n => (1usize << self.shift) << (n - 1),
-        }
+        self.bytes / (self.stride.max(1) * LINE)
     }
 
-    /// Segments made so far (a debug counter for tests).
-    pub fn segments(&self) -> usize {
-        self.segs.len()
+    /// Times the mapping was made or grown (a debug counter for tests).
+    pub fn grows(&self) -> usize {
+        self.grows
     }
 
     /// Ids whose records are made (a debug counter for tests).
@@ -55,36 +64,22 @@ impl Slab {
         self.ready
     }
 
-    /// (segment, first id of that segment) of id `id`.
-    #[inline]
-    fn place(&self, id: usize) -> (usize, usize) {
-        let q = id >> self.shift;
-        if q == 0 {
-            return (0, 0);
-        }
-        let seg = (usize::BITS - q.leading_zeros()) as usize; // 2^(seg-1) <= q < 2^seg
-        (seg, (1usize << (seg - 1)) << self.shift)
+    /// Every line made so far.
+    fn made(&self) -> &[Line] {
+        // SAFETY: the first `ready * stride` lines are initialised (`grow`) and owned here.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.ready * self.stride) }
     }
 
-    /// The lines of id `id`'s record from column `col`, `w` of them (None past the slab).
-    #[inline]
-    fn lines(&self, id: usize, col: usize, w: usize) -> Option<&[Line]> {
-        let (s, first) = self.place(id);
-        let at = (id - first) * self.stride + col;
-        self.segs.get(s)?.get(at..at + w)
+    fn made_mut(&mut self) -> &mut [Line] {
+        // SAFETY: as in `made`, borrowed mutably through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.ready * self.stride) }
     }
 
-    #[inline]
-    fn lines_mut(&mut self, id: usize, col: usize, w: usize) -> Option<&mut [Line]> {
-        let (s, first) = self.place(id);
-        let at = (id - first) * self.stride + col;
-        self.segs.get_mut(s)?.get_mut(at..at + w)
-    }
-
-    /// The `w` states of id `id` from column `col`. Panics past the slab (grow first).
+    /// The `w` states of id `id` from column `col`. Panics past the records made (grow first).
     #[inline]
     pub fn states(&self, id: usize, col: usize, w: usize) -> &[Option<State>] {
-        let s = self.lines(id, col, w).expect("a record inside the slab");
+        let at = id * self.stride + col;
+        let s = &self.made()[at..at + w];
         // SAFETY: `Line` is `repr(C)` around one `Option<State>` and of the same size
         // (asserted above), so `w` lines are `w` states laid out as a slice.
         unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), w) }
@@ -92,63 +87,107 @@ impl Slab {
 
     #[inline]
     pub fn states_mut(&mut self, id: usize, col: usize, w: usize) -> &mut [Option<State>] {
-        let s = self.lines_mut(id, col, w).expect("a record inside the slab");
+        let at = id * self.stride + col;
+        let s = &mut self.made_mut()[at..at + w];
         // SAFETY: as in `states`; the borrow of the lines is the borrow of the states.
         unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), w) }
     }
 
-    /// The address of id `id`'s state at column `col`, if the slab holds it (for prefetching).
+    /// The address of id `id`'s state at column `col`, if its record is made (for
+    /// prefetching).
     #[inline]
     pub fn addr(&self, id: usize, col: usize) -> Option<*const Option<State>> {
-        self.lines(id, col, 1).map(|l| (&l[0].0) as *const Option<State>)
+        self.made().get(id * self.stride + col).map(|l| (&l.0) as *const Option<State>)
     }
 
-    /// State `col` of id `id`, taken out (None past the slab).
+    /// State `col` of id `id`, taken out (None past the records made).
     pub fn take(&mut self, id: usize, col: usize) -> Option<State> {
-        self.lines_mut(id, col, 1).and_then(|l| l[0].0.take())
+        let at = id * self.stride + col;
+        self.made_mut().get_mut(at).and_then(|l| l.0.take())
     }
 
-    /// Ids segment `s` holds.
-    fn seg_ids(&self, s: usize) -> usize {
-        match s {
-            0 => 1usize << self.shift,
-            _ => (1usize << self.shift) << (s - 1),
-        }
-    }
-
-    /// Make room for ids up to `id`. A segment's memory is reserved whole when the ids reach
-    /// it (asked for in huge pages before its pages are touched: records are visited at
+    /// Make the records of ids up to `id`, growing the mapping (at least doubling it) when
+    /// they do not fit. The mapping is asked for in huge pages (records are visited at
     /// random, an eviction per window per event, and with 4 KiB pages each visit of a large
-    /// slab also misses the TLB) but its records are made as the ids come, so the page
-    /// faults are spread over the events that bring new keys: making a segment of tens of
-    /// MiB at once stalled one event for as many milliseconds.
+    /// slab also misses the TLB).
     #[inline]
     pub fn grow(&mut self, id: usize) {
         if id < self.ready {
             return;
         }
-        while self.ready <= id {
-            let (s, first) = self.place(self.ready);
-            let n = self.seg_ids(s);
-            if s == self.segs.len() {
-                let v: Vec<Line> = Vec::with_capacity(n * self.stride);
-                advise_huge(v.as_ptr().cast(), n * self.stride * std::mem::size_of::<Line>());
-                self.segs.push(v);
-            }
-            let end = (first + n).min(id + 1);
-            // Within the capacity reserved: the segment's records do not move.
-            self.segs[s].resize_with((end - first) * self.stride, || Line(None));
-            self.ready = end;
+        self.make(id);
+    }
+
+    fn make(&mut self, id: usize) {
+        let need = (id + 1) * self.stride * LINE;
+        if need > self.bytes {
+            let want = need.max(2 * self.bytes).max(FIRST_BYTES).next_multiple_of(4096);
+            self.ptr = remap(self.ptr, self.bytes, want);
+            self.bytes = want;
+            self.grows += 1;
+            advise_huge(self.ptr.cast(), want);
         }
+        for at in self.ready * self.stride..(id + 1) * self.stride {
+            // SAFETY: inside the mapping (checked above), and not initialised yet.
+            unsafe { self.ptr.add(at).write(Line(None)) };
+        }
+        self.ready = id + 1;
     }
 
     /// Every state of the slab.
     pub fn iter(&self) -> impl Iterator<Item = &State> {
-        self.segs.iter().flatten().filter_map(|l| l.0.as_ref())
+        self.made().iter().filter_map(|l| l.0.as_ref())
     }
 
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut State> {
-        self.segs.iter_mut().flatten().filter_map(|l| l.0.as_mut())
+        self.made_mut().iter_mut().filter_map(|l| l.0.as_mut())
+    }
+}
+
+impl Drop for Slab {
+    fn drop(&mut self) {
+        if self.bytes == 0 {
+            return;
+        }
+        // SAFETY: the made lines are initialised and dropped once here; then the mapping,
+        // which this slab made (`remap`), goes.
+        unsafe {
+            std::ptr::drop_in_place(self.made_mut() as *mut [Line]);
+            libc::munmap(self.ptr.cast(), self.bytes);
+        }
+    }
+}
+
+/// A private anonymous mapping of `new` bytes holding the `old` bytes at `p` (none if `old`
+/// is 0), moved rather than copied where the kernel can (Linux `mremap`).
+fn remap(p: *mut Line, old: usize, new: usize) -> *mut Line {
+    let fail = || -> ! {
+        std::alloc::handle_alloc_error(std::alloc::Layout::from_size_align(new, LINE).unwrap())
+    };
+    // SAFETY: `p`/`old` describe a mapping this module made (or nothing, when `old` is 0);
+    // the result is checked before use. Page-aligned memory is aligned for `Line`.
+    unsafe {
+        if old > 0 {
+            #[cfg(target_os = "linux")]
+            {
+                let q = libc::mremap(p.cast(), old, new, libc::MREMAP_MAYMOVE);
+                if q == libc::MAP_FAILED {
+                    fail();
+                }
+                return q.cast();
+            }
+        }
+        let q = libc::mmap(std::ptr::null_mut(), new, libc::PROT_READ | libc::PROT_WRITE,
+                           libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+        if q == libc::MAP_FAILED {
+            fail();
+        }
+        if old > 0 {
+            // Without mremap: copy the bytes (the lines move as a vector's would).
+            std::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old);
+            libc::munmap(p.cast(), old);
+        }
+        q.cast()
     }
 }
 
@@ -165,7 +204,7 @@ fn advise_huge(p: *const u8, bytes: usize) {
         let start = (p as usize).div_ceil(HUGE) * HUGE;
         let end = (p as usize + bytes) / HUGE * HUGE;
         if end > start {
-            // SAFETY: the range lies inside the caller's live allocation; MADV_HUGEPAGE changes
+            // SAFETY: the range lies inside the caller's live mapping; MADV_HUGEPAGE changes
             // no contents, only how the pages are backed.
             unsafe {
                 libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
