@@ -3,21 +3,27 @@
 :func:`compile_version` validates the workflow and raises :class:`WorkflowInvalid` with every
 problem, or returns a :class:`CompiledWorkflow` that is immutable and cheap to share between
 runs, threads and the backtest. The read plan of a node lists the only context fields its
-criteria read, so a step converts just those into CEL values.
+criteria read, so a step converts just those into CEL values. Each node also carries its edge
+plan, made here once rather than at every step: the programs to try in order, and the
+:class:`StepResult` of each error-free way out (edge i taken, every edge before it false; the
+default last), so a step whose criteria raise nothing allocates no trace.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
+from typing import Any
 
 from workflows.activation import ReadPlan, read_plan
 from workflows.criteria import CompiledCriterion
 from workflows.errors import UnknownNode, WorkflowInvalid
+from workflows.memo import NodeMemo, keyable
 from workflows.model import DecisionNode, Workflow
 from workflows.outside import OutsideWork, outside_work_of
+from workflows.results import EdgeTrial, StepResult
 from workflows.validate import analyse
 
 
@@ -49,20 +55,30 @@ class CompiledNode:
     decision: Decision | None
     outside: OutsideWork | None
     plan: ReadPlan
+    # The edge plan (see the module doc): ``programs[i]`` is ``edges[i].criteria.program``;
+    # ``taken[i]`` the result of taking edge i with every edge before it false, ``taken[-1]``
+    # the default's. Empty for decisions (and nodes built without compile_version).
+    programs: tuple[Any, ...] = ()
+    taken: tuple[StepResult, ...] = ()
 
 
 class CompiledWorkflow:
     """One immutable, compiled version of a workflow."""
 
     __slots__ = ("_workflow", "_json", "version", "digest", "nodes", "workflow_id", "root",
-                 "event_type")
+                 "event_type", "_nodes", "_memos")
 
     def __init__(self, workflow: Workflow, version: int, nodes: Mapping[str, CompiledNode]):
         self._json = workflow.model_dump_json()
         self._workflow = Workflow.model_validate_json(self._json)  # not the caller's object
         self.version = version
         self.digest = hashlib.sha256(self._json.encode()).hexdigest()
-        self.nodes: Mapping[str, CompiledNode] = MappingProxyType(dict(nodes))
+        self._nodes: dict[str, CompiledNode] = dict(nodes)  # the walk's lookups: a plain dict
+        self.nodes: Mapping[str, CompiledNode] = MappingProxyType(self._nodes)
+        # remembered steps (workflows.memo), this version's own: a new version starts empty
+        self._memos: dict[str, NodeMemo] = {
+            nid: NodeMemo(n.plan) for nid, n in self._nodes.items()
+            if n.programs and keyable(n.plan)}
         self.workflow_id = workflow.id
         self.root = workflow.root
         self.event_type = workflow.event_type
@@ -124,4 +140,30 @@ def compile_version(
         plan = read_plan([c.criteria for c in edges])
         nodes[node.id] = CompiledNode(node.id, node.kind, tuple(edges), default, decision,
                                       outside_work_of(node), plan)
+    for node_id, node in nodes.items():
+        nodes[node_id] = with_edge_plan(node, nodes)
     return CompiledWorkflow(workflow, version, nodes)
+
+
+def with_edge_plan(node: CompiledNode, nodes: Mapping[str, CompiledNode]) -> CompiledNode:
+    """``node`` with its programs and precomputed results (unchanged for a decision)."""
+    if node.default is None or any(e.to not in nodes for e in node.edges) \
+            or node.default.to not in nodes:
+        return node
+    false_before: list[EdgeTrial] = []
+    taken: list[StepResult] = []
+    for edge in node.edges:
+        trial = EdgeTrial(edge.id, edge.criteria.source, True)
+        taken.append(result_of(node, edge.id, nodes[edge.to], False, (*false_before, trial)))
+        false_before.append(EdgeTrial(edge.id, edge.criteria.source, False))
+    default = node.default
+    taken.append(result_of(node, default.id, nodes[default.to], True,
+                           (*false_before, EdgeTrial(default.id, None, True))))
+    return replace(node, programs=tuple(e.criteria.program for e in node.edges),
+                   taken=tuple(taken))
+
+
+def result_of(node: CompiledNode, edge_id: str, nxt: CompiledNode, default_taken: bool,
+              trace: tuple[EdgeTrial, ...]) -> StepResult:
+    return StepResult(node.id, edge_id, nxt.id, nxt.kind, default_taken, trace, nxt.decision,
+                      nxt.outside)

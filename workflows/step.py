@@ -17,46 +17,20 @@ take the same edges, webhooks included.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from workflows.activation import StepContext, activation
-from workflows.compiled import CompiledNode, CompiledWorkflow, Decision
-from workflows.errors import InvariantViolation
+from workflows.compiled import CompiledNode, CompiledWorkflow, Decision, result_of
+from workflows.errors import InvariantViolation, is_engine_error
 from workflows.outside import OutsideWork
+from workflows.results import EdgeTrial, StepResult
+
+__all__ = ["WEBHOOK_SENT", "EdgeTrial", "StepContext", "StepFn", "StepResult", "Walk",
+           "advance", "step", "step_default", "steps_per_walk_max", "timed_out"]
 
 steps_per_walk_max = 1000  # a valid workflow has at most nodes_max nodes on any path
-
-
-@dataclass(frozen=True, slots=True)
-class EdgeTrial:
-    edge_id: str
-    criteria: str | None  # None for the default edge
-    value: bool  # False when error is set
-    error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StepResult:
-    node_id: str  # where the step started
-    edge_id: str  # the edge taken
-    next_node_id: str
-    node_kind: str  # kind of the next node
-    default_taken: bool
-    trace: tuple[EdgeTrial, ...]  # every edge tried, in order; the last one is the one taken
-    decision: Decision | None  # set when the next node is a decision
-    outside: OutsideWork | None  # set when the next node needs outside work
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "node_id": self.node_id, "edge_id": self.edge_id, "next_node_id": self.next_node_id,
-            "node_kind": self.node_kind, "default_taken": self.default_taken,
-            "trace": [{"edge_id": t.edge_id, "criteria": t.criteria, "value": t.value,
-                       "error": t.error} for t in self.trace],
-            "decision": None if self.decision is None else
-            {"action": self.decision.action, "reason": self.decision.reason},
-        }
 
 
 def step(version: CompiledWorkflow, node_id: str,
@@ -65,9 +39,58 @@ def step(version: CompiledWorkflow, node_id: str,
     node = version.node(node_id)
     if node.default is None:
         raise InvariantViolation(f"no step after a decision (node {node_id!r})")
+    return _step(version, node, StepContext.of(context))
+
+
+def _step(version: CompiledWorkflow, node: CompiledNode, ctx: StepContext) -> StepResult:
+    """The step of a node that has a default edge. When every criterion tried gives a bool,
+    the result is one of the node's precomputed ones; otherwise :func:`_traced` builds it.
+    A node reading flat fields only may answer from its memo (:mod:`workflows.memo`)."""
+    taken = node.taken
+    if not taken:
+        return _traced(version, node, ctx)
+    programs = node.programs
+    if not programs:
+        return taken[0]
+    memo = version._memos.get(node.id)
+    if memo is not None and memo.enabled:
+        key = memo.key(ctx)
+        if key is not None:
+            result = memo.get(key)
+            if result is None:
+                result = _evaluated(version, node, ctx)
+                memo.put(key, result)
+            return result
+    return _evaluated(version, node, ctx)
+
+
+def _evaluated(version: CompiledWorkflow, node: CompiledNode, ctx: StepContext) -> StepResult:
+    variables, failure = activation(node.plan, ctx)
+    if failure is not None:
+        return _traced(version, node, ctx)
+    taken = node.taken
+    i = 0
+    for program in node.programs:
+        try:
+            value = program.execute(variables)
+        except BaseException as e:  # an error is traced (and counts as false) by _traced
+            if not is_engine_error(e):
+                raise
+            return _traced(version, node, ctx)
+        if value is True:
+            return taken[i]
+        if value is not False:
+            return _traced(version, node, ctx)
+        i += 1
+    return taken[i]
+
+
+def _traced(version: CompiledWorkflow, node: CompiledNode, ctx: StepContext) -> StepResult:
+    """The step with every trial built as it goes, errors included (a criterion is pure, so
+    evaluating again what :func:`_step` tried gives the same values)."""
     trial_list: list[EdgeTrial] = []
     if node.edges:
-        variables, failure = activation(node.plan, StepContext.of(context))
+        variables, failure = activation(node.plan, ctx)
         for edge in node.edges:
             if failure is not None:
                 trial_list.append(EdgeTrial(edge.id, edge.criteria.source, False, failure))
@@ -86,6 +109,8 @@ def step_default(version: CompiledWorkflow, node_id: str) -> StepResult:
     node = version.node(node_id)
     if node.default is None:
         raise InvariantViolation(f"no step after a decision (node {node_id!r})")
+    if not node.edges and node.taken:
+        return node.taken[0]  # the same trace: the default edge alone
     trial = EdgeTrial(node.default.id, None, True)
     return _result(version, node, node.default.id, node.default.to, True, [trial])
 
@@ -122,13 +147,15 @@ def advance(version: CompiledWorkflow, context: StepContext | Mapping[str, Any],
 
     ``step_fn`` (default :func:`step`) must return what ``step`` returns for the same node and
     context: the backtest passes ``step`` behind a memo keyed by the values the node reads."""
-    take = step if step_fn is None else step_fn
     ctx = StepContext.of(context)
+    nodes = version._nodes
     node_id = version.root if from_node is None else from_node
     steps: list[StepResult] = []
     webhooks: list[OutsideWork] = []
     while len(steps) < steps_per_walk_max:
-        node = version.node(node_id)
+        node = nodes.get(node_id)
+        if node is None:
+            node = version.node(node_id)  # raises UnknownNode
         if node.decision is not None:
             return Walk(tuple(steps), node_id, node.decision, None, tuple(webhooks))
         out = node.outside
@@ -136,15 +163,16 @@ def advance(version: CompiledWorkflow, context: StepContext | Mapping[str, Any],
             output = ctx.apps.get(node_id)
             if out.kind == "webhook" and output is None:
                 webhooks.append(out)
-                ctx = replace(ctx, apps={**ctx.apps, node_id: WEBHOOK_SENT})
-            elif timed_out(output):
+                ctx = StepContext(ctx.event, ctx.scores, ctx.metrics,
+                                  {**ctx.apps, node_id: WEBHOOK_SENT})
+            elif output and output.get("timed_out") is True:  # timed_out(output), inline
                 result = step_default(version, node_id)
                 steps.append(result)
                 node_id = result.next_node_id
                 continue
             elif not out.is_done(ctx.scores, ctx.apps):
                 return Walk(tuple(steps), node_id, None, out, tuple(webhooks))
-        result = take(version, node_id, ctx)
+        result = _step(version, node, ctx) if step_fn is None else step_fn(version, node_id, ctx)
         steps.append(result)
         node_id = result.next_node_id
     raise InvariantViolation(f"walk exceeded {steps_per_walk_max} steps: is the graph acyclic?")
@@ -152,6 +180,4 @@ def advance(version: CompiledWorkflow, context: StepContext | Mapping[str, Any],
 
 def _result(version: CompiledWorkflow, node: CompiledNode, edge_id: str, to: str,
             default_taken: bool, trials: list[EdgeTrial]) -> StepResult:
-    nxt = version.node(to)
-    return StepResult(node.id, edge_id, to, nxt.kind, default_taken, tuple(trials),
-                      nxt.decision, nxt.outside)
+    return result_of(node, edge_id, version.node(to), default_taken, tuple(trials))

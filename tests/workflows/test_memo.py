@@ -1,0 +1,99 @@
+"""Remembered steps and the precomputed edge plans give exactly the results a fresh evaluation
+gives: same edge, same trace (errors included), same next node; a new version starts empty."""
+
+import math
+import random
+
+import pytest
+
+from tests.workflows.builders import build, edge, small
+from workflows import StepContext, WorkflowStore, compile_version, step
+from workflows import memo as memo_mod
+from workflows.step import _traced
+
+
+def fresh(version, node_id, ctx):
+    """The reference: every criterion evaluated and every trial built, nothing remembered."""
+    return _traced(version, version.node(node_id), StepContext.of(ctx))
+
+
+def same(a, b):
+    assert a.to_dict() == b.to_dict()
+    assert (a.outside, a.decision) == (b.outside, b.decision)
+
+
+def odd_value(rng):
+    return rng.choice([0, 1, 5, 85, 95, 2**70, -3, 0.0, -0.0, 0.5, 61.0, 90.0, 95.5,
+                       math.nan, math.inf, True, False, None, "US", "DE", "95", "", [1],
+                       {"a": 1}])
+
+
+def test_memo_and_edge_plans_match_fresh_evaluation(w3):
+    rng = random.Random(3)
+    memo = w3._memos["event"]
+    for i in range(3000):
+        ctx = {"event": {"country": rng.choice(["US", "CA", "DE", 1, None]),
+                         "amount": rng.choice([100, 50_000, 0, -0.0, 1e9, "x"])},
+               "scores": {"payment_abuse": odd_value(rng)} if i % 7 else {},
+               "metrics": {"card_count_5m": odd_value(rng) if i % 3 else rng.randrange(8),
+                           "merchant_avg_5m": rng.choice([1.0, 0.0, 5000.5, -1.0])}}
+        for node_id in ("event", "score"):
+            same(step(w3, node_id, ctx), fresh(w3, node_id, ctx))
+    assert memo.enabled and memo.hits > 0  # the event node's values repeat: it remembers
+
+
+def test_a_float_zero_is_never_keyed_so_its_sign_still_counts():
+    wf = small()
+    wf["nodes"][0]["edges"] = [edge("e_inv", "block", "1.0 / metrics.card_count_5m > 0.0"),
+                               edge("e0", "score", default=True)]
+    v = compile_version(build(wf), 1)
+    pos = step(v, "event", {"metrics": {"card_count_5m": 0.0}})
+    neg = step(v, "event", {"metrics": {"card_count_5m": -0.0}})
+    assert (pos.edge_id, neg.edge_id) == ("e_inv", "e0")  # +inf > 0, -inf is not
+    assert v._memos["event"].key(StepContext.of({"metrics": {"card_count_5m": -0.0}})) is None
+    same(step(v, "event", {"metrics": {"card_count_5m": 0.0}}), pos)
+
+
+def test_int_float_and_bool_are_distinct_keys(w3):
+    memo = w3._memos["event"]
+    keys = {memo.key(StepContext.of({"metrics": {"card_count_5m": v}})) for v in (1, 1.0, True)}
+    assert len(keys) == 3
+
+
+def test_a_node_whose_values_rarely_repeat_stops_remembering(monkeypatch):
+    monkeypatch.setattr(memo_mod, "trial_lookups", 50)
+    v = compile_version(build(small()), 1)
+    memo = v._memos["score"]
+    for i in range(200):
+        ctx = {"event": {"amount": 900 + i}, "scores": {"risk": 80.0 + i / 10}}
+        same(step(v, "score", ctx), fresh(v, "score", ctx))
+    assert not memo.enabled and not memo.results and memo.lookups == 50
+    ctx = {"event": {"amount": 5000}, "scores": {"risk": 10.0}}
+    assert step(v, "score", ctx).edge_id == "s_app"
+
+
+def test_a_node_remembers_at_most_entries_max(monkeypatch):
+    monkeypatch.setattr(memo_mod, "entries_max", 10)
+    v = compile_version(build(small()), 1)
+    for i in range(40):
+        step(v, "score", {"event": {"amount": i % 20}, "scores": {"risk": 1.0}})
+    assert len(v._memos["score"].results) == 10
+
+
+@pytest.mark.parametrize("threshold", ["4", "10"])
+def test_publishing_a_new_version_starts_an_empty_memo(threshold):
+    store = WorkflowStore(known_metrics=["card_count_5m"])
+    wf = small()
+    ctx = {"metrics": {"card_count_5m": 5}}
+    wf["nodes"][0]["edges"] = [edge("e_fast", "block", f"metrics.card_count_5m > {threshold}"),
+                               edge("e0", "score", default=True)]
+    store.save_draft(build(wf))
+    v1 = store.publish("wf").compiled
+    first = step(v1, "event", ctx)
+    wf["nodes"][0]["edges"][0]["criteria"] = "metrics.card_count_5m > 7"
+    store.save_draft(build(wf))
+    v2 = store.publish("wf").compiled
+    assert v2 is not v1 and not v2._memos["event"].results
+    assert step(v2, "event", ctx).edge_id == "e0"
+    assert step(v1, "event", ctx).edge_id == first.edge_id == (
+        "e_fast" if threshold == "4" else "e0")

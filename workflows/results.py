@@ -1,0 +1,46 @@
+"""What a step returns: the edge taken, the edges tried before it (the trace) and the next node.
+
+Plain immutable values: :mod:`workflows.compiled` builds, once per published version, the
+result of every error-free way out of each node (edge i taken, every edge before it false), and
+a step returns one of those shared objects; only a step whose criteria raised builds its own.
+Callers must not rely on identity; ``to_dict`` gives a fresh dict each time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workflows.compiled import Decision
+    from workflows.outside import OutsideWork
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeTrial:
+    edge_id: str
+    criteria: str | None  # None for the default edge
+    value: bool  # False when error is set
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    node_id: str  # where the step started
+    edge_id: str  # the edge taken
+    next_node_id: str
+    node_kind: str  # kind of the next node
+    default_taken: bool
+    trace: tuple[EdgeTrial, ...]  # every edge tried, in order; the last one is the one taken
+    decision: Decision | None  # set when the next node is a decision
+    outside: OutsideWork | None  # set when the next node needs outside work
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id, "edge_id": self.edge_id, "next_node_id": self.next_node_id,
+            "node_kind": self.node_kind, "default_taken": self.default_taken,
+            "trace": [{"edge_id": t.edge_id, "criteria": t.criteria, "value": t.value,
+                       "error": t.error} for t in self.trace],
+            "decision": None if self.decision is None else
+            {"action": self.decision.action, "reason": self.decision.reason},
+        }
