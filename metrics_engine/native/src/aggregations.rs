@@ -817,6 +817,31 @@ pub fn lower_typed(func: Func, st: Option<&State>, ts: i64) -> Option<Typed> {
     })
 }
 
+/// `lower`'s value of SUM, MIN, MAX, OLDEST and RECENT as the scalar it makes the Python
+/// object of (`Val::Null`: None): `Some` for these functions, except a sum held in arbitrary
+/// precision (its object is made by `lower`); None for the others.
+pub fn lower_scalar(func: Func, st: Option<&State>) -> Option<Val> {
+    match (func, st) {
+        (Func::Sum, Some(State::Moments(m))) => {
+            if m.n == 0 {
+                Some(Val::Null)
+            } else if !m.fx().is_empty() {
+                Some(Val::Float(div(&m.sums()[0], &Num::S(1).shl(m.f))))
+            } else if m.is_big() {
+                None
+            } else {
+                Some(Val::Int(m.s0))
+            }
+        }
+        (Func::Min | Func::Max, Some(State::Extreme { q, .. })) | (Func::Oldest, Some(State::Fifo(q))) => {
+            Some(q.front().map_or(Val::Null, |(_, v)| *v))
+        }
+        (Func::Recent, Some(State::Recent { last, .. })) => Some(*last),
+        (Func::Sum | Func::Min | Func::Max | Func::Oldest | Func::Recent, _) => Some(Val::Null),
+        _ => None,
+    }
+}
+
 pub fn lower(py: Python<'_>, func: Func, st: Option<&State>, ts: i64, strings: &Interner) -> PyObject {
     let none = || py.None();
     match (func, st) {

@@ -16,9 +16,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
-use crate::aggregations::{lower as finalize, lower_typed, Func, Kind, State, Typed};
+use crate::aggregations::{lower as finalize, lower_scalar, lower_typed, Func, Kind, State, Typed};
 use crate::keyed::{GroupTable, Hop, Input, KeySpace, View};
-use crate::value::{lower, In, Interner, LowerError, Out, Val};
+use crate::value::{lower, to_py, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
 use crate::predicate::{truthy, Node, PVal};
 use crate::window::{Chunks, Cursor, Spec};
@@ -647,6 +647,13 @@ impl StreamCore {
                         let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
                         match &mut out_cols[c] {
                             OutCol::Obj(v) => v.push(finalize(py, *func, st, t, &self.strings)),
+                            OutCol::Auto(v, odd) => match lower_scalar(*func, st) {
+                                Some(x) => v.push(x),
+                                None => {
+                                    odd.push((v.len(), finalize(py, *func, st, t, &self.strings)));
+                                    v.push(Val::Null);
+                                }
+                            },
                             col => col.push(lower_typed(*func, st, t)),
                         }
                         c += 1;
@@ -662,7 +669,7 @@ impl StreamCore {
         w?;
         let out = PyDict::new(py);
         for (nm, col) in onames.iter().zip(out_cols) {
-            out.set_item(nm.bind(py), col.into_py(py)?)?;
+            out.set_item(nm.bind(py), col.into_py(py, &self.strings)?)?;
         }
         Ok(out)
     }
@@ -971,6 +978,9 @@ enum OutCol {
     Obj(Vec<PyObject>),
     F(Vec<f64>, Vec<u8>, usize),
     I(Vec<i64>, Vec<u8>, usize),
+    /// SUM, MIN, MAX, OLDEST, RECENT: the values as scalars (and the rows whose object only
+    /// `finalize` makes: big sums); a float or 64-bit int column when every value is one.
+    Auto(Vec<Val>, Vec<(usize, PyObject)>),
 }
 
 impl OutCol {
@@ -979,6 +989,9 @@ impl OutCol {
         match (arrow, lower_typed(func, None, 0)) {
             (true, Some(Typed::F(_))) => OutCol::F(Vec::with_capacity(n), bits, 0),
             (true, Some(Typed::I(_))) => OutCol::I(Vec::with_capacity(n), bits, 0),
+            (true, None) if lower_scalar(func, None).is_some() => {
+                OutCol::Auto(Vec::with_capacity(n), vec![])
+            }
             _ => OutCol::Obj(Vec::with_capacity(n)),
         }
     }
@@ -1004,10 +1017,41 @@ impl OutCol {
         }
     }
 
-    fn into_py(self, py: Python<'_>) -> PyResult<PyObject> {
+    fn into_py(self, py: Python<'_>, strings: &Interner) -> PyResult<PyObject> {
         let bytes = |b: &[u8]| PyBytes::new(py, b).into_any().unbind();
         Ok(match self {
             OutCol::Obj(v) => PyList::new(py, v)?.into_any().unbind(),
+            OutCol::Auto(v, odd) => {
+                let ints = v.iter().all(|x| match x {
+                    Val::Null => true,
+                    Val::Int(i) => i64::try_from(*i).is_ok(),
+                    _ => false,
+                });
+                let floats = v.iter().all(|x| matches!(x, Val::Null | Val::Float(_)));
+                if odd.is_empty() && (ints || floats) {
+                    let n = v.len();
+                    let mut col = if ints {
+                        OutCol::I(Vec::with_capacity(n), vec![0u8; n.div_ceil(8)], 0)
+                    } else {
+                        OutCol::F(Vec::with_capacity(n), vec![0u8; n.div_ceil(8)], 0)
+                    };
+                    for x in &v {
+                        col.push(Some(match x {
+                            Val::Int(i) => Typed::I(Some(*i as i64)),
+                            Val::Float(f) => Typed::F(Some(*f)),
+                            _ if ints => Typed::I(None),
+                            _ => Typed::F(None),
+                        }));
+                    }
+                    return col.into_py(py, strings);
+                }
+                // Mixed types, strings or booleans: the objects `finalize` makes.
+                let mut objs: Vec<PyObject> = v.iter().map(|x| to_py(py, x, strings)).collect();
+                for (i, o) in odd {
+                    objs[i] = o;
+                }
+                PyList::new(py, objs)?.into_any().unbind()
+            }
             OutCol::F(d, bits, nulls) => {
                 let raw: Vec<u8> = d.iter().flat_map(|x| x.to_le_bytes()).collect();
                 ("f8", bytes(&raw), bytes(&bits), nulls).into_pyobject(py)?.into_any().unbind()
