@@ -788,7 +788,7 @@ pub fn lower_typed(func: Func, st: Option<&State>, ts: i64) -> Option<Typed> {
     Some(match func {
         Func::Count => I(match st {
             None => Some(0),
-            Some(State::Count { n, .. }) => Some(*n as i64),
+            Some(State::Count { n, .. }) => Some(*n),
             _ => None,
         }),
         Func::CountDistinct => I(match st {

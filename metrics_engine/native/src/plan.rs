@@ -1079,6 +1079,11 @@ type SlotSpec = (String, String, i64, String, i64);
 type GroupSpec = (String, Vec<usize>, Vec<SlotSpec>);
 type RouteSpec = (Option<usize>, Vec<GroupSpec>);
 type WindowSpec = (u64, i64, Option<i64>, Vec<RouteSpec>, Option<(i64, i64, i64)>);
+/// A group node of a table being assembled: gid, calendar window, slots, plan window.
+type Member = (String, Option<Hop>, Vec<(String, Kind, Input)>, usize);
+/// What calendar windows must share to share buckets: key space, bucket width and
+/// alignment, filter, start position and tail cursor.
+type Family = (usize, i64, i64, Option<usize>, u64, usize);
 type OutputSpec = (String, Vec<usize>, usize, Option<usize>, Vec<(Py<PyString>, usize, String)>);
 
 #[pymethods]
@@ -1139,11 +1144,10 @@ impl StreamCore {
         let mut group_refs: Vec<(usize, usize)> = vec![];
         let mut tables: Vec<GroupTable> = vec![];
         // Per table: its group nodes (gid, calendar window size, slots, window), in plan order.
-        let mut members: Vec<Vec<(String, Option<Hop>, Vec<(String, Kind, Input)>, usize)>> = vec![];
+        let mut members: Vec<Vec<Member>> = vec![];
         // Calendar tables by what their windows must share to share buckets: key space, bucket
         // width and alignment, filter, start and tail.
-        let mut families: FxHashMap<(usize, i64, i64, Option<usize>, u64, usize), Vec<usize>> =
-            FxHashMap::default();
+        let mut families: FxHashMap<Family, Vec<usize>> = FxHashMap::default();
         let mut routed: Vec<bool> = vec![];
         let mut wins = vec![];
         for (wi, (start_pos, tail, head, routes, hop)) in windows.into_iter().enumerate() {
