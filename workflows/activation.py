@@ -51,6 +51,9 @@ class ReadPlan:
     # Flat variables: (variable name, record, app node id or None, field) for criteria
     # compiled to read fields directly.
     flat: tuple[tuple[str, str, str | None, str], ...] = ()
+    # ``flat`` grouped by source, for the step's loop: (record, app node id or None, read as
+    # double, ((field, variable name), ...)), so each source is looked up once.
+    groups: tuple[tuple[str, str | None, bool, tuple[tuple[str, str], ...]], ...] = ()
 
 
 def read_plan(criteria: list[CompiledCriterion]) -> ReadPlan:
@@ -78,20 +81,28 @@ def read_plan(criteria: list[CompiledCriterion]) -> ReadPlan:
     app_ids = sorted({p[1] for p in whole | set(fields) if p[0] == "apps" and len(p) > 1})
     apps_read = ("apps",) in whole or bool(app_ids)
     apps = None if ("apps",) in whole else tuple((a, spec(("apps", a))) for a in app_ids)
-    return ReadPlan(records, apps_read, apps, tuple(flat))
+    grouped: dict[tuple[str, str | None], list[tuple[str, str]]] = {}
+    for name, record, app_id, key in flat:
+        grouped.setdefault((record, app_id), []).append((key, name))
+    groups = tuple((record, app_id, record in ("scores", "metrics"), tuple(pairs))
+                   for (record, app_id), pairs in grouped.items())
+    return ReadPlan(records, apps_read, apps, tuple(flat), groups)
 
 
 def activation(plan: ReadPlan, ctx: StepContext) -> tuple[cel.Context | None, str | None]:
     """A CEL context holding only the fields the node's criteria read."""
     variables: dict[str, Any] = {}
     try:
-        for var, record, app_id, key in plan.flat:
+        for record, app_id, as_double, pairs in plan.groups:
             source = ctx.apps.get(app_id) if app_id is not None else getattr(ctx, record)
-            if source is not None and key in source:
-                value = source[key]
-                if type(value) is int and (record == "scores" or record == "metrics"):
-                    value = float(value)  # a score of 85 reads as 85.0
-                variables[var] = value
+            if source is None:
+                continue
+            for key, var in pairs:
+                if key in source:
+                    value = source[key]
+                    if as_double and type(value) is int:
+                        value = float(value)  # a score of 85 reads as 85.0
+                    variables[var] = value
         for name, fields in plan.records:
             variables[name] = pick(getattr(ctx, name), fields, name != "event")
         if plan.apps_read:

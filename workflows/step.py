@@ -17,9 +17,8 @@ take the same edges, webhooks included.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from workflows.activation import StepContext, activation
 from workflows.compiled import CompiledNode, CompiledWorkflow, Decision, result_of
@@ -115,8 +114,10 @@ def step_default(version: CompiledWorkflow, node_id: str) -> StepResult:
     return _result(version, node, node.default.id, node.default.to, True, [trial])
 
 
-@dataclass(frozen=True, slots=True)
-class Walk:
+class Walk(NamedTuple):
+    """Immutable; a named tuple because one is built per walk (a frozen dataclass's
+    ``__init__`` costs several times more)."""
+
     steps: tuple[StepResult, ...]
     node_id: str  # where the walk stopped: a decision or a node waiting for outside work
     decision: Decision | None
