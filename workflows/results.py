@@ -8,7 +8,7 @@ Callers must not rely on identity; ``to_dict`` gives a fresh dict each time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,13 +34,24 @@ class StepResult:
     trace: tuple[EdgeTrial, ...]  # every edge tried, in order; the last one is the one taken
     decision: Decision | None  # set when the next node is a decision
     outside: OutsideWork | None  # set when the next node needs outside work
+    # to_dict's first answer, kept to be copied: a precomputed result is recorded by many runs
+    _plain: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "node_id": self.node_id, "edge_id": self.edge_id, "next_node_id": self.next_node_id,
-            "node_kind": self.node_kind, "default_taken": self.default_taken,
-            "trace": [{"edge_id": t.edge_id, "criteria": t.criteria, "value": t.value,
-                       "error": t.error} for t in self.trace],
-            "decision": None if self.decision is None else
-            {"action": self.decision.action, "reason": self.decision.reason},
-        }
+        """A fresh dict (every level copied: callers may edit it), keys in a fixed order."""
+        plain = self._plain
+        if plain is None:
+            head = {"node_id": self.node_id, "edge_id": self.edge_id,
+                    "next_node_id": self.next_node_id, "node_kind": self.node_kind,
+                    "default_taken": self.default_taken, "trace": None, "decision": None}
+            trace = tuple({"edge_id": t.edge_id, "criteria": t.criteria, "value": t.value,
+                           "error": t.error} for t in self.trace)
+            decision = None if self.decision is None else {
+                "action": self.decision.action, "reason": self.decision.reason}
+            plain = (head, trace, decision)
+            object.__setattr__(self, "_plain", plain)  # a cache, not a field's value
+        head, trace, decision = plain
+        out = head.copy()
+        out["trace"] = [t.copy() for t in trace]
+        out["decision"] = None if decision is None else decision.copy()
+        return out

@@ -97,3 +97,20 @@ def test_publishing_a_new_version_starts_an_empty_memo(threshold):
     assert step(v2, "event", ctx).edge_id == "e0"
     assert step(v1, "event", ctx).edge_id == first.edge_id == (
         "e_fast" if threshold == "4" else "e0")
+
+
+def test_to_dict_is_fresh_at_every_level_and_keeps_its_key_order(w3):
+    r = step(w3, "score", {"event": {"country": "DE", "amount": 5},
+                           "scores": {"payment_abuse": 95.0}, "metrics": {"merchant_avg_5m": 1.0}})
+    a = r.to_dict()
+    assert list(a) == ["node_id", "edge_id", "next_node_id", "node_kind", "default_taken",
+                       "trace", "decision"]
+    a["seq"] = 1
+    a["trace"][0]["value"] = "edited"
+    a["decision"]["action"] = "edited"
+    b = r.to_dict()
+    assert "seq" not in b and b["trace"][0]["value"] is True
+    assert b["decision"] == {"action": "block", "reason": "score above 90"}
+    assert b == fresh(w3, "score", {"event": {"country": "DE", "amount": 5},
+                                    "scores": {"payment_abuse": 95.0},
+                                    "metrics": {"merchant_avg_5m": 1.0}}).to_dict()
