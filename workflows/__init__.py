@@ -11,6 +11,8 @@ Callers:
 - :func:`step` walks one node, :func:`advance` walks until a decision or outside work;
   :func:`advance_batch` is the same walk over columns of many events (the backtest's);
   a criterion failing at runtime counts as false and its error is kept in the trace;
+  a compiled version holds each node's precomputed results and remembers steps by the values
+  read (:mod:`workflows.memo`), so walks share result objects: treat them as read-only;
 - :class:`WorkflowStore` keeps drafts and immutable versions (publish, rollback, diff).
 ``python -m workflows schema`` rewrites the JSON Schema; ``workflows/CEL.md`` explains the CEL
 library choice; ``bench/workflows_step.py`` measures criteria and steps.

@@ -5,9 +5,12 @@ import math
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.workflows.builders import build, edge, small
-from workflows import StepContext, WorkflowStore, compile_version, step
+from tests.workflows.test_random_dags import SETTINGS, _outputs_for_all, valid_dags
+from workflows import StepContext, Workflow, WorkflowStore, advance, compile_version, step
 from workflows import memo as memo_mod
 from workflows.step import _traced
 
@@ -114,3 +117,26 @@ def test_to_dict_is_fresh_at_every_level_and_keeps_its_key_order(w3):
     assert b == fresh(w3, "score", {"event": {"country": "DE", "amount": 5},
                                     "scores": {"payment_abuse": 95.0},
                                     "metrics": {"merchant_avg_5m": 1.0}}).to_dict()
+
+
+def _fresh_step(version, node_id, ctx):
+    return _traced(version, version.node(node_id), ctx)
+
+
+@SETTINGS
+@given(valid_dags(), st.lists(st.integers(-10, 6000), min_size=1, max_size=12))
+def test_random_dags_walk_as_with_every_trial_built(wf, amounts):
+    """The walk (edge plans, memo) against the same walk with every step evaluated afresh, over
+    repeated amounts (memo hits) with all outputs, some, or none."""
+    version = compile_version(Workflow.model_validate(wf), 1)
+    for i, amount in enumerate(amounts * 2):
+        scores, apps = _outputs_for_all(wf, amount)
+        if i % 3 == 1:
+            apps = {k: v for k, v in apps.items() if hash(k) % 2}
+        ctx = {"event": {"amount": amount}, "scores": scores if i % 3 != 2 else {},
+               "apps": apps if i % 3 != 2 else {}}
+        got = advance(version, ctx)
+        want = advance(version, ctx, step_fn=_fresh_step)
+        assert [s.to_dict() for s in got.steps] == [s.to_dict() for s in want.steps]
+        assert (got.node_id, got.decision, got.waiting, got.webhooks) == (
+            want.node_id, want.decision, want.waiting, want.webhooks)
