@@ -14,7 +14,8 @@ Measured, in the same run:
   score node (no score yet), the score is put in the context and ``advance`` goes on from there
   to the decision, each step's ``to_dict`` taken as the runner records it. The event node reads
   one small-valued metric, so it answers from its memo (``workflows.memo``); the score node's
-  values do not repeat, so it stops remembering after its trial lookups and computes.
+  values do not repeat, so it stops remembering after its trial lookups and computes. Beside
+  it, the same walk on a copy of the version with no memo (every step computed).
 - publish: ``compile_version`` of the workflow (validation, type checking, compilation).
 
 Each figure is min/median/max over repeats of the per-operation time in microseconds.
@@ -161,7 +162,10 @@ def main() -> int:
                 return to, trace
         return score.default.to, trace
 
-    def apply_walk(c: dict) -> Walk:
+    unremembered = compile_version(w3_demo(), 1, known_metrics=W3_METRICS)
+    unremembered._memos.clear()  # every step computed
+
+    def apply_walk(c: dict, version=version) -> Walk:
         scores: dict = {}
         apps: dict = {}
         walk = advance(version, StepContext(c["event"], scores, c["metrics"], apps))
@@ -179,13 +183,16 @@ def main() -> int:
     t = interleaved({"ours": (lambda c: step(version, "score", c), ctxs),
                      "peer": (celpy_step, ctxs[:celpy_n]),
                      "walk": (lambda c: advance(version, c), ctxs),
-                     "apply": (apply_walk, ctxs)}, repeats)
+                     "apply": (apply_walk, ctxs),
+                     "apply_no_memo": (lambda c: apply_walk(c, unremembered), ctxs)}, repeats)
     ours_step, peer_step, walk = t["ours"], t["peer"], t["walk"]
     results.append(summary("step(score): workflows.step", ours_step, "cel-python step",
                            peer_step))
     results.append(summary("step(score): cel-python step", peer_step))
     results.append(summary("advance(root -> decision): 2 steps", walk))
-    results.append(summary("apply walk: advance to score, then to decision, to_dict", t["apply"]))
+    results.append(summary("apply walk: advance to score, then to decision, to_dict", t["apply"],
+                           "the same, no memo", t["apply_no_memo"]))
+    results.append(summary("apply walk: the same, no memo", t["apply_no_memo"]))
     results.append(summary("publish: compile_version(w3_demo)", publish_runs))
 
     # parity: both engines take the same edges on every context measured
@@ -195,7 +202,7 @@ def main() -> int:
     for c in ctxs:
         node_id = advance(version, c).node_id
         decisions[node_id] = decisions.get(node_id, 0) + 1
-        if apply_walk(c).node_id != node_id:
+        if apply_walk(c).node_id != node_id or apply_walk(c, unremembered).node_id != node_id:
             mismatches += 1  # the apply's two walks end where the one walk does
 
     # The target is judged on the least disturbed repeat (timeit's convention: on a shared
