@@ -10,12 +10,14 @@ timed-out answers are handled inside ``advance`` itself.
 A step is a pure function of the node and the values its criteria read (the node's
 ``ReadPlan``), so the walker hands ``advance`` a ``step_fn`` that remembers ``workflows.step``'s
 results by exactly those values (type included: ``1``, ``1.0`` and ``true`` are different
-keys): a repeated input costs a dict lookup, and every result is one ``workflows.step`` gave.
+keys; so is a float zero's sign, which ``-0.0 == 0.0`` hides but ``1.0 / x`` does not): a
+repeated input costs a dict lookup, and every result is one ``workflows.step`` gave.
 ``tests/pipeline/test_backtest_runner.py`` holds the walk to the runner's decisions.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,15 +51,21 @@ class Outcome:
     edges: str  # edge ids taken, PATH_SEP-joined (hits per edge)
 
 
+def _typed(v: Any) -> tuple:
+    """A value as a key part: its type beside it, and a float zero's sign spelled out."""
+    if v.__class__ is float and v == 0.0:
+        return (float, "-0.0" if math.copysign(1.0, v) < 0 else "0.0")
+    return (type(v), v)
+
+
 def _freeze(source: Mapping[str, Any] | None, fields) -> tuple:
     if source is None:
         return (_MISSING,)
     if fields is WHOLE:
-        return tuple(sorted((k, type(v), v) for k, v in source.items()))
+        return tuple(sorted((k, *_typed(v)) for k, v in source.items()))
     out: list = []
     for f in fields:
-        v = source.get(f, _MISSING)
-        out += (type(v), v)
+        out += _typed(source.get(f, _MISSING))
     return tuple(out)
 
 
@@ -68,8 +76,7 @@ def _keyer(plan) -> Callable[[StepContext], tuple]:
         parts: list = []
         for _var, record, app_id, field in plan.flat:
             src = ctx.apps.get(app_id) if app_id is not None else getattr(ctx, record)
-            v = src.get(field, _MISSING) if src is not None else _MISSING
-            parts += (type(v), v)
+            parts += _typed(src.get(field, _MISSING) if src is not None else _MISSING)
         for name, fields in plan.records:
             parts.append(_freeze(getattr(ctx, name), fields))
         if plan.apps_read:
