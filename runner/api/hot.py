@@ -110,15 +110,10 @@ class HotPath:
         deadline_ms = _deadline_ms(scope["query_string"])
         if deadline_ms == -1:
             return False
-        try:
-            ev = _event_decoder.decode(body)
-        except _NOT_DECODED:
+        decoded = _event_of(body)
+        if decoded is None:
             return False
-        event = {"event_id": ev.event_id, "type": ev.type, "ts": ev.ts, "data": ev.data}
-        try:  # orjson, as the route: integers beyond 64 bits, lone surrogates fail here
-            payload = orjson.dumps(event)
-        except TypeError:
-            return False  # the route's validator words the error
+        event, payload = decoded
         try:
             result = await ops.receive_event(self.svc, event, deadline_ms or None, payload)
         except errors.HANDLED as exc:
@@ -162,15 +157,10 @@ class HotPath:
         if not self.serve or scope["query_string"] or len(body) > limits.body_bytes_max(
                 EVENTS_PATH) or not _json_body(scope) or not self._client(scope):
             return False
-        try:
-            ev = _event_decoder.decode(body)
-        except _NOT_DECODED:
+        decoded = _event_of(body)
+        if decoded is None:
             return False
-        event = {"event_id": ev.event_id, "type": ev.type, "ts": ev.ts, "data": ev.data}
-        try:
-            payload = orjson.dumps(event)
-        except TypeError:
-            return False  # the route's validator words the error
+        event, payload = decoded
         try:
             order = ops.event_order(self.svc, event, None, payload)
             self.svc.check_entry_size(payload)
@@ -225,6 +215,21 @@ def _header(scope: dict, name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1")
     return None
+
+
+def _event_of(body: bytes) -> tuple[dict, bytes] | None:
+    """An order's body as the event dict and the entry payload; None for anything the route's
+    validator must word (a schema error, integers beyond 64 bits, lone surrogates: orjson, as
+    the route, fails on those)."""
+    try:
+        ev = _event_decoder.decode(body)
+    except _NOT_DECODED:
+        return None
+    event = {"event_id": ev.event_id, "type": ev.type, "ts": ev.ts, "data": ev.data}
+    try:
+        return event, orjson.dumps(event)
+    except TypeError:
+        return None
 
 
 def _json_body(scope: dict) -> bool:
