@@ -171,10 +171,10 @@ fn remap(p: *mut Line, old: usize, new: usize) -> *mut Line {
             #[cfg(target_os = "linux")]
             {
                 let q = libc::mremap(p.cast(), old, new, libc::MREMAP_MAYMOVE);
-                if q == libc::MAP_FAILED {
-                    fail();
+                if q != libc::MAP_FAILED {
+                    return q.cast();
                 }
-                return q.cast();
+                // Refused (e.g. the range no longer one area): copy, as below.
             }
         }
         let q = libc::mmap(std::ptr::null_mut(), new, libc::PROT_READ | libc::PROT_WRITE,
@@ -191,25 +191,21 @@ fn remap(p: *mut Line, old: usize, new: usize) -> *mut Line {
     }
 }
 
-/// Ask the kernel to back the buffer at `p` (`bytes` long) with transparent huge pages (where
-/// they are enabled on request: `madvise`). Only a hint: small buffers and failures are
-/// ignored.
+/// Ask the kernel to back the mapping at `p` (`bytes` long, page-aligned) with transparent
+/// huge pages (where they are enabled on request: `madvise`). Only a hint: small mappings and
+/// failures are ignored. The whole mapping is advised, never a 2 MiB-aligned part of it: a
+/// part would split the mapping into areas of different kinds, and `mremap` refuses to grow
+/// a range that spans such areas (EFAULT).
 fn advise_huge(p: *const u8, bytes: usize) {
     const HUGE: usize = 2 << 20;
     if bytes < 2 * HUGE {
         return;
     }
     #[cfg(target_os = "linux")]
-    {
-        let start = (p as usize).div_ceil(HUGE) * HUGE;
-        let end = (p as usize + bytes) / HUGE * HUGE;
-        if end > start {
-            // SAFETY: the range lies inside the caller's live mapping; MADV_HUGEPAGE changes
-            // no contents, only how the pages are backed.
-            unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-            }
-        }
+    // SAFETY: the range is the caller's whole live mapping; MADV_HUGEPAGE changes no
+    // contents, only how the pages are backed.
+    unsafe {
+        libc::madvise(p as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
     }
     #[cfg(not(target_os = "linux"))]
     let _ = p;
