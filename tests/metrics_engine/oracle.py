@@ -126,3 +126,12 @@ def same(a, b) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
     return a == b and type(a) is type(b)
+
+
+def check_values(defs, stream, got, start=0):
+    """Every value ``got`` gave for ``stream[start:]`` equals the brute force, metric by metric."""
+    for d in defs:
+        want = expected(d, stream)
+        for i in range(start, len(stream)):
+            g = got[i - start][d.name]
+            assert same(g, want[i]), (d.name, i, g, want[i])
