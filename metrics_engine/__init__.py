@@ -31,6 +31,12 @@ segments), ``plan`` (the DAG, lowered into the native core), ``engine`` (the API
 """
 
 from metrics_engine.engine import Engine, MetricInfo
-from metrics_engine.errors import InvariantViolation, MetricInputError, MetricSyntaxError
+from metrics_engine.errors import (
+    InvariantViolation,
+    MetricInputError,
+    MetricOutputError,
+    MetricSyntaxError,
+)
 
-__all__ = ["Engine", "MetricInfo", "MetricSyntaxError", "MetricInputError", "InvariantViolation"]
+__all__ = ["Engine", "MetricInfo", "MetricSyntaxError", "MetricInputError", "MetricOutputError",
+           "InvariantViolation"]

@@ -250,7 +250,8 @@ class Engine:
             ts_ms = int(ts_ms)
         return self._plan.ingest(stream, event, ts_ms)
 
-    def ingest_many(self, stream: str, ts_ms: Any, columns: Any) -> dict[str, list]:
+    def ingest_many(self, stream: str, ts_ms: Any, columns: Any, *,
+                    arrow: bool = False) -> dict[str, Any]:
         """Feed a batch of events given as columns; returns each metric's values as a column.
 
         ``columns`` is a ``pyarrow.Table`` / ``RecordBatch`` or a mapping of field name to an
@@ -265,6 +266,19 @@ class Engine:
         (comparisons with a literal, IN, IS NULL, NOT, AND, OR); with arithmetic in a
         predicate, each row becomes a dict for the Python closures (same values, slower).
 
+        Each column is a list, or with ``arrow=True`` a ``pyarrow`` array (no Python object
+        per value) whose type depends on the metric and its field's type in the batch, never
+        on the values: int64 for COUNT, COUNT DISTINCT, TIME_SINCE_LAST and a SUM of an
+        integer or boolean field; float64 for AVG, the variances and deviations, SKEWNESS,
+        RATIO and a SUM of anything else; the field's own type (int64, float64, bool, string)
+        for MIN, MAX, OLDEST and RECENT. A field given as a list is typed as pyarrow would type
+        it (ints with floats: float64); a field the batch lacks or gives all-null keeps the
+        type of its last batch. Values are exact: an int goes into a float64 column only if
+        the float equals it, a float into an int64 column only if it is integral; a value that
+        does not fit (a SUM beyond 64 bits, a field whose type changed while its old values
+        are still in a window) raises ``MetricOutputError`` *after* the batch went in, with
+        every value of the batch exact, as lists, in its ``values``.
+
         >>> import tempfile, numpy as np
         >>> e = Engine(tempfile.mkdtemp())
         >>> e.define("SELECT SUM(amount) AS s FROM p GROUP BY card RANGE 1 MINUTES")
@@ -272,9 +286,13 @@ class Engine:
         >>> e.ingest_many("p", np.array([0, 30_000, 70_000]),
         ...               {"card": np.array(["a", "a", "a"]), "amount": np.array([5, 7, 1])})
         {'s': [5, 12, 8]}
+        >>> out = e.ingest_many("p", np.array([80_000]), {"card": np.array(["a"]),
+        ...                                               "amount": np.array([2])}, arrow=True)
+        >>> out["s"].type, out["s"].to_pylist()
+        (DataType(int64), [10])
         >>> e.close()
         """
-        return self._plan.ingest_many(stream, ts_ms, columns)
+        return self._plan.ingest_many(stream, ts_ms, columns, arrow=arrow)
 
     def query(self, name: str, key: Any, ts_ms: int) -> Any:
         """The value of metric ``name`` for group ``key`` at ``ts_ms``, without an event.

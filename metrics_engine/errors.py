@@ -34,3 +34,20 @@ class MetricInputError(ValueError):
     def __init__(self, message: str, field: str):
         self.field = field
         super().__init__(message)
+
+
+class MetricOutputError(ValueError):
+    """A value of a batch that its metric's column cannot hold exactly
+    (``ingest_many(..., arrow=True)``): a SUM beyond 64 bits in an int64 column, a fraction in
+    the int64 column of an integer field, a string where the field's column holds numbers (a
+    field that changed type while its old values are still in a window). Nothing is rounded,
+    wrapped or dropped: the error is raised instead, *after* the batch went in (its events are
+    in the state; do not feed them again). ``values`` holds every metric's values of the batch
+    exactly, as lists (what ``arrow=False`` returns); ``metric`` and ``row`` name the first
+    value that did not fit."""
+
+    def __init__(self, message: str, metric: str, row: int, values: dict):
+        self.metric = metric
+        self.row = row
+        self.values = values
+        super().__init__(message)

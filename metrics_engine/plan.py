@@ -27,7 +27,7 @@ from typing import Any
 
 from railflow_metrics_native import StreamCore
 
-from metrics_engine.errors import InvariantViolation, MetricInputError
+from metrics_engine.errors import InvariantViolation, MetricInputError, MetricOutputError
 from metrics_engine.language import MetricDef, WindowSpec
 from metrics_engine.predicates import compile_expr, render
 from metrics_engine.reservoir import StreamReservoir
@@ -96,15 +96,149 @@ def limits(spec: tuple, t: int, next_pos: int) -> tuple[int, int]:
     return (t - align) // every * every + align - lag - 1, next_pos
 
 
-def _arrow_column(kind: str, values: bytes, valid: bytes, nulls: int) -> Any:
-    """A column the core handed back as buffers (``OutCol`` in plan.rs): float64 or int64
-    values, little-endian, and a validity bit per row (LSB first)."""
+# -- the values of a batch as columns ------------------------------------------------------
+#
+# ``ingest_many(..., arrow=True)`` returns every metric as a pyarrow array whose type follows
+# from the metric and the type of its field in the batch, never from the values:
+# COUNT, COUNT DISTINCT and TIME_SINCE_LAST are int64; AVG, the variances and deviations,
+# SKEWNESS and RATIO are float64; SUM is int64 over an integer or boolean field, else float64;
+# MIN, MAX, OLDEST and RECENT take the field's type (int64, float64, bool or string). A field
+# given as a Python list takes the type pyarrow would give it (ints with floats: float64); one
+# the batch lacks, or gives as all-null, the type it had in the stream's last batch (else
+# float64). A value its column cannot hold exactly raises ``MetricOutputError`` (outcols.rs).
+
+INT_FUNCS = frozenset({"count", "count_distinct", "time_since_last"})
+FLOAT_FUNCS = frozenset({"avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop", "skewness",
+                         "ratio"})
+_ARROW_TYPE = {"i": "int64", "f": "float64", "b": "bool_", "s": "string", "n": "null"}
+
+
+def value_kind(func: str, field_kind: str | None) -> str:
+    """The column type of a metric's values (``"i"`` int64, ``"f"`` float64, ``"b"`` bool,
+    ``"s"`` string, ``"n"`` null) from its function and its field's (None: not known)."""
+    if func in INT_FUNCS:
+        return "i"
+    if func in FLOAT_FUNCS:
+        return "f"
+    if func == "sum":
+        return "i" if field_kind in ("i", "b") else "f"
+    return field_kind if field_kind in ("i", "f", "b", "s") else "f"
+
+
+def _list_kind(values: list) -> str | None:
+    """The kind pyarrow would type a list of Python values as (None: all null, or a mix)."""
+    types = {type(v) for v in values if v is not None}
+    if not types:
+        return None
+    if types <= {int}:
+        return "i"
+    if types <= {int, float}:
+        return "f"
+    if types == {bool}:
+        return "b"
+    if types == {str}:
+        return "s"
+    return None
+
+
+def field_kind(col: tuple) -> str | None:
+    """The kind of a ``typed_column`` (None: all null or untyped)."""
+    if col[0] == "o":
+        return _list_kind(col[2])
+    return None if col[0] == "n" else col[0]
+
+
+def _arrow_column(v: tuple, rows: int) -> Any:
+    """A column of ``rows`` values the core handed back as buffers (``OutCol::into_py`` in
+    outcols.rs): ``("f8" | "i8", values, validity, nulls)``, ``("b", value bits, validity,
+    nulls)``, ``("s", int32 offsets, data, validity, nulls)`` or ``("n", rows)``; values
+    little-endian, one validity bit per row (LSB first)."""
     import pyarrow as pa
 
-    t = pa.float64() if kind == "f8" else pa.int64()
-    n = len(values) // 8
-    bitmap = pa.py_buffer(valid) if nulls else None
-    return pa.Array.from_buffers(t, n, [bitmap, pa.py_buffer(values)], null_count=nulls)
+    if v[0] == "n":
+        return pa.nulls(rows)
+    *data, valid, nulls = v[1:]
+    t = {"f8": pa.float64(), "i8": pa.int64(), "b": pa.bool_(), "s": pa.string()}[v[0]]
+    bufs = [pa.py_buffer(valid) if nulls else None, *(pa.py_buffer(d) for d in data)]
+    return pa.Array.from_buffers(t, rows, bufs, null_count=nulls)
+
+
+def column_of(values: list, kind: str) -> Any:
+    """A list of a metric's values (as ``ingest`` gives them) as the pyarrow array of ``kind``
+    (``value_kind``), or None when a value does not fit it exactly (the rules of outcols.rs:
+    an int goes into a float64 column only if the float equals it, a float into an int64
+    column only if integral, a bool into either as 0/1)."""
+    import pyarrow as pa
+
+    conv: list = values
+    if kind == "i":
+        conv = []
+        for v in values:
+            if isinstance(v, float):
+                if not v.is_integer():
+                    return None
+                v = int(v)
+            elif v is not None and not isinstance(v, int):
+                return None
+            if v is not None and not -(1 << 63) <= v < (1 << 63):
+                return None
+            conv.append(None if v is None else int(v))
+    elif kind == "f":
+        conv = []
+        for v in values:
+            if isinstance(v, int):  # and bool
+                try:
+                    x = float(v)
+                except OverflowError:
+                    return None
+                if x != v:
+                    return None
+                v = x
+            elif v is not None and not isinstance(v, float):
+                return None
+            conv.append(v)
+    elif kind == "b":
+        if any(v is not None and not isinstance(v, bool) for v in values):
+            return None
+    elif kind == "s":
+        if any(v is not None and not isinstance(v, str) for v in values):
+            return None
+    elif any(v is not None for v in values):
+        return None
+    return pa.array(conv, getattr(pa, _ARROW_TYPE[kind])())
+
+
+def _kind_of(c: Any, values: list) -> str | None:
+    """``field_kind`` of a column the Python path turned into ``values`` (the same kinds
+    ``typed_column`` gives it)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if isinstance(c, pa.Array | pa.ChunkedArray):
+        t = c.type
+        if pa.types.is_integer(t):
+            return "i"
+        if pa.types.is_floating(t):
+            return "f"
+        if pa.types.is_boolean(t):
+            return "b"
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return "s"
+        if pa.types.is_null(t):
+            return None
+    elif isinstance(c, np.ndarray) and c.ndim == 1 and c.dtype.kind in "biuf":
+        return {"b": "b", "i": "i", "u": "i", "f": "f"}[c.dtype.kind]
+    return _list_kind(values)
+
+
+def _misfit(values: dict, misfits: list[tuple[str, int]], kinds: dict[str, str]) -> Exception:
+    """The ``MetricOutputError`` of a batch whose values did not all fit their columns."""
+    name, row = misfits[0]
+    more = f" (and {len(misfits) - 1} more metrics)" if len(misfits) > 1 else ""
+    return MetricOutputError(
+        f"metric {name!r}, row {row}: {values[name][row]!r} does not fit its "
+        f"{_ARROW_TYPE[kinds[name]].rstrip('_')} column exactly{more}; the batch was ingested, "
+        f"the error's values hold every value as a list", name, row, values)
 
 
 def arrow_values(c: Any) -> list:
@@ -283,10 +417,21 @@ class StreamPlan:
         self.window_index: dict[WindowSpec, int] = {}
         self._known: set[int] = set()  # cursor ids the core has
         self.native_batch = True  # ingest_many runs natively (no predicate needs Python)
+        self.value_funcs: list[tuple[str, str, str | None]] = []  # (metric, function, field)
+        self.field_kinds: dict[str, str] = {}  # each field's kind in the last batch typing it
         self._next_cid = 0
 
     def synced(self, c: Cursor) -> bool:
         return c.cid in self._known
+
+    def value_kinds(self, declared: dict[str, str | None]) -> dict[str, str]:
+        """Each metric's column type (``value_kind``) for a batch whose fields have the kinds
+        ``declared`` (a field the batch lacks or does not type keeps its last kind)."""
+        for f, k in declared.items():
+            if k is not None:
+                self.field_kinds[f] = k
+        return {name: value_kind(func, self.field_kinds.get(field) if field else None)
+                for name, func, field in self.value_funcs}
 
     def new_cursor(self, spec: tuple, pos: int) -> Cursor:
         self._next_cid += 1
@@ -355,6 +500,8 @@ class StreamPlan:
                            [c.cid for c in self.order], windows, list(outs.values()))
         # The batched path runs natively when every predicate lowers (predicate.rs).
         self.native_batch = self.core.lower_preds(exprs)
+        self.value_funcs = [(m.d.name, m.d.func, m.d.field) for m in metrics.values()
+                            if m.d.stream == self.name]
         self._known = {c.cid for c in self.cursors.values()}
 
 
@@ -502,11 +649,11 @@ class Plan:
 
     def ingest_many(self, stream: str, ts: Any, columns: Any,
                     arrow: bool = False) -> dict[str, Any]:
-        """See ``Engine.ingest_many``: Arrow/numpy columns in, one list per metric out.
-
-        ``arrow``: where the batch runs natively, metrics whose value is always a float or an
-        int (AVG, STDDEV, SKEWNESS, RATIO, COUNT, ...) come back as ``pyarrow`` arrays made
-        from the core's buffers, with no Python object per value (the others as lists)."""
+        """See ``Engine.ingest_many``: Arrow/numpy columns in, one list per metric out, or with
+        ``arrow`` one pyarrow array per metric, of the type its function and field give
+        (``value_kind``; made from the core's buffers where the batch runs natively, with no
+        Python object per value). A value its column cannot hold exactly raises
+        ``MetricOutputError`` after the batch went in."""
         import numpy as np
         import pyarrow as pa
 
@@ -519,12 +666,16 @@ class Plan:
                 ts = ts.to_numpy(zero_copy_only=False)
             ts_bytes = np.asarray(ts, dtype=np.int64).tobytes()
             cols = [typed_column(c) for c in columns.values()]
-            out = sp.core.ingest_arrays(list(columns), cols, ts_bytes, arrow)
-            if arrow:
-                for name, v in out.items():
-                    if isinstance(v, tuple):
-                        out[name] = _arrow_column(*v)
-            return out
+            if not arrow:
+                return sp.core.ingest_arrays(list(columns), cols, ts_bytes)
+            kinds = sp.value_kinds({n: field_kind(c) for n, c in zip(columns, cols, strict=True)})
+            out, misfits = sp.core.ingest_arrays(list(columns), cols, ts_bytes, kinds)
+            rows = len(ts_bytes) // 8
+            if misfits:
+                values = {n: v if isinstance(v, list) else _arrow_column(v, rows).to_pylist()
+                          for n, v in out.items()}
+                raise _misfit(values, misfits, kinds)
+            return {n: _arrow_column(v, rows) for n, v in out.items()}
         names, cols = list(columns), []
         for c in columns.values():  # one Python list per column: far cheaper than per row
             if isinstance(c, pa.ChunkedArray | pa.Array):
@@ -538,7 +689,6 @@ class Plan:
         ts_list = np.asarray(ts, dtype=np.int64).tolist()
         if any(len(c) != len(ts_list) for c in cols):
             raise ValueError(f"columns of other lengths than the {len(ts_list)} timestamps")
-        sp = self.streams.get(stream)
         if sp is None:
             return {}
         # The batch makes an event dict per row, none of them cyclic: the cyclic collector
@@ -546,10 +696,20 @@ class Plan:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            return sp.core.ingest_columns(names, cols, ts_list)
+            out = sp.core.ingest_columns(names, cols, ts_list)
         finally:
             if collecting:
                 gc.enable()
+        if not arrow:
+            return out
+        kinds = sp.value_kinds({n: _kind_of(c, v)
+                                for (n, c), v in zip(columns.items(), cols, strict=True)})
+        arrays = {n: column_of(v, kinds[n]) for n, v in out.items()}
+        misfits = [(n, next(i for i, x in enumerate(out[n]) if column_of([x], kinds[n]) is None))
+                   for n, a in arrays.items() if a is None]
+        if misfits:
+            raise _misfit(out, misfits, kinds)
+        return arrays
 
     def replay(self, stream: str, start: int, end: int) -> None:
         """Recompute state from reservoir events [start, end) (recovery after a crash)."""

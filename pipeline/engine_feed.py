@@ -7,9 +7,9 @@ per metric.
 
 The batched native call ``ingest_many(stream, ts, columns)`` of the metrics engine is used when
 the installed engine has it (:data:`BATCHED`): the batch's columns go to the native core as
-Arrow arrays and come back as columns, with no Python object per event; the metrics whose
-value is always a float or an int (W2: 6 of its 9 functions) come back as Arrow arrays, with
-no Python object per value either. Until then the feeder
+Arrow arrays and come back as Arrow arrays (``arrow=True``), one per metric, of a type fixed by
+the metric and its field's type (the types ``features.value_type`` gives Spark), with no
+Python object per event or per value. Until then the feeder
 builds one small dict per event holding only the fields the metrics read and calls
 ``ingest``; the values are the same either way (the parity tests hold for both).
 
@@ -105,7 +105,7 @@ class Feeder:
 
     def _feed_batched(self, ts: pa.Array, columns: Mapping[str, pa.Array],
                       rows: int) -> dict[str, Any]:
-        # Float and int metrics come back as Arrow arrays (no Python object per value).
+        # Every metric comes back as an Arrow array (no Python object per value).
         out = self._plan.ingest_many(self.stream, ts, {**columns, TS: ts}, arrow=True)
         if isinstance(out, pa.RecordBatch | pa.Table):
             out = {n: out.column(n) for n in self.names}

@@ -2,7 +2,7 @@
 //! states and finalizers, driven by a plan that Python lowers and sends (see plan.rs).
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
-//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `columns` (a batch's typed columns), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
+//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `columns` (a batch's typed columns), `outcols` (a batch's values as typed columns), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
 //! ids to states), `slab` (a key space's records, grown without copying), `window` (cursors), `writer` (the reservoir's disk writer thread), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
@@ -12,6 +12,7 @@ mod columns;
 mod json;
 mod keyed;
 mod num;
+mod outcols;
 mod plan;
 mod predicate;
 mod slab;

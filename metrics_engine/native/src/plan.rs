@@ -16,10 +16,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
-use crate::aggregations::{lower as finalize, lower_scalar, lower_typed, Func, Kind, State, Typed};
+use crate::aggregations::{lower as finalize, lower_scalar, lower_typed, Func, Kind, State};
 use crate::keyed::{GroupTable, Hop, Input, KeySpace, View};
-use crate::value::{lower, to_py, In, Interner, LowerError, Out, Val};
+use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
+use crate::outcols::OutCol;
 use crate::predicate::{truthy, Node, PVal};
 use crate::window::{Chunks, Cursor, Spec};
 
@@ -532,8 +533,9 @@ impl StreamCore {
     /// `ingest_arrays`' work; `npreds`: the lowered predicates (taken out of `self`).
     fn ingest_typed<'py>(&mut self, py: Python<'py>, names: Vec<Py<PyString>>,
                          cols: Vec<Bound<'py, PyTuple>>, ts: &[u8],
-                         npreds: Option<&(Vec<Node>, Vec<String>)>, arrow: bool)
-                         -> PyResult<Bound<'py, PyDict>> {
+                         npreds: Option<&(Vec<Node>, Vec<String>)>,
+                         kinds: Option<&Bound<'py, PyDict>>)
+                         -> PyResult<Bound<'py, PyAny>> {
         if ts.len() % 8 != 0 || names.len() != cols.len() {
             return Err(pyo3::exceptions::PyValueError::new_err("columns differ in length"));
         }
@@ -624,9 +626,19 @@ impl StreamCore {
         }
         let onames: Vec<Py<PyString>> = self.outputs.iter()
             .flat_map(|o| o.metrics.iter().map(|m| m.0.clone_ref(py))).collect();
-        // `arrow`: metrics whose value is always a float or an int come back as buffers.
-        let mut out_cols: Vec<OutCol> = self.outputs.iter()
-            .flat_map(|o| o.metrics.iter().map(|m| OutCol::new(arrow, m.2, n))).collect();
+        // `kinds`: every metric comes back as a column (outcols.rs), of the type plan.py
+        // chose for SUM/MIN/MAX/OLDEST/RECENT by name.
+        let mut out_cols: Vec<OutCol> = vec![];
+        for o in &self.outputs {
+            for (name, _, func) in &o.metrics {
+                let kind: Option<String> = match kinds {
+                    Some(k) => k.get_item(name.bind(py))?.map(|x| x.extract()).transpose()?,
+                    None => None,
+                };
+                out_cols.push(OutCol::new(kinds.is_some(), lower_typed(*func, None, 0),
+                                          kind.as_deref().unwrap_or("f"), n));
+            }
+        }
         self.begin_batch(py)?;
         let none = py.None().into_bound(py);
         let mut start = 0;
@@ -647,14 +659,13 @@ impl StreamCore {
                         let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
                         match &mut out_cols[c] {
                             OutCol::Obj(v) => v.push(finalize(py, *func, st, t, &self.strings)),
-                            OutCol::Auto(v, odd) => match lower_scalar(*func, st) {
-                                Some(x) => v.push(x),
-                                None => {
-                                    odd.push((v.len(), finalize(py, *func, st, t, &self.strings)));
-                                    v.push(Val::Null);
-                                }
+                            OutCol::Arrow(col) => match lower_typed(*func, st, t) {
+                                Some(x) => col.push_typed(x),
+                                None => match lower_scalar(*func, st) {
+                                    Some(v) => col.push_val(py, v, &self.strings),
+                                    None => col.push_obj(finalize(py, *func, st, t, &self.strings), py),
+                                },
                             },
-                            col => col.push(lower_typed(*func, st, t)),
                         }
                         c += 1;
                     }
@@ -667,11 +678,18 @@ impl StreamCore {
         self.scratch = (vals, blobs, ends, clamped);
         r?;
         w?;
+        // A value that no column of its type holds exactly: every field-typed column comes
+        // back as its list, and plan.py raises (the batch has gone in).
+        let misfits: Vec<(Py<PyString>, usize)> = onames.iter().zip(&out_cols)
+            .filter_map(|(nm, c)| c.misfit().map(|r| (nm.clone_ref(py), r))).collect();
         let out = PyDict::new(py);
         for (nm, col) in onames.iter().zip(out_cols) {
-            out.set_item(nm.bind(py), col.into_py(py, &self.strings)?)?;
+            out.set_item(nm.bind(py), col.into_py(py, &self.strings, !misfits.is_empty())?)?;
         }
-        Ok(out)
+        if kinds.is_none() {
+            return Ok(out.into_any());
+        }
+        Ok((out, misfits).into_pyobject(py)?.into_any())
     }
 
     /// Before a reader asks the reservoir for events mid-batch: it must hold every row so far
@@ -967,100 +985,6 @@ impl StreamCore {
             c.idx += 1;
         }
         Ok(())
-    }
-}
-
-/// One metric's values of a batch: Python objects, or (`ingest_arrays(arrow=True)`) a float or
-/// int column with a validity bit per row, handed back as Arrow's buffers (`("f8" | "i8",
-/// values, validity, nulls)`: little-endian values, LSB-first bits) so a batch of W2 makes
-/// no Python object for most of its 405 values.
-enum OutCol {
-    Obj(Vec<PyObject>),
-    F(Vec<f64>, Vec<u8>, usize),
-    I(Vec<i64>, Vec<u8>, usize),
-    /// SUM, MIN, MAX, OLDEST, RECENT: the values as scalars (and the rows whose object only
-    /// `finalize` makes: big sums); a float or 64-bit int column when every value is one.
-    Auto(Vec<Val>, Vec<(usize, PyObject)>),
-}
-
-impl OutCol {
-    fn new(arrow: bool, func: Func, n: usize) -> OutCol {
-        let bits = vec![0u8; n.div_ceil(8)];
-        match (arrow, lower_typed(func, None, 0)) {
-            (true, Some(Typed::F(_))) => OutCol::F(Vec::with_capacity(n), bits, 0),
-            (true, Some(Typed::I(_))) => OutCol::I(Vec::with_capacity(n), bits, 0),
-            (true, None) if lower_scalar(func, None).is_some() => {
-                OutCol::Auto(Vec::with_capacity(n), vec![])
-            }
-            _ => OutCol::Obj(Vec::with_capacity(n)),
-        }
-    }
-
-    fn push(&mut self, v: Option<Typed>) {
-        fn mark(bits: &mut [u8], i: usize, valid: bool, nulls: &mut usize) {
-            if valid {
-                bits[i / 8] |= 1 << (i % 8);
-            } else {
-                *nulls += 1;
-            }
-        }
-        match (self, v) {
-            (OutCol::F(d, bits, nulls), Some(Typed::F(x))) => {
-                mark(bits, d.len(), x.is_some(), nulls);
-                d.push(x.unwrap_or(0.0));
-            }
-            (OutCol::I(d, bits, nulls), Some(Typed::I(x))) => {
-                mark(bits, d.len(), x.is_some(), nulls);
-                d.push(x.unwrap_or(0));
-            }
-            _ => unreachable!("a typed column takes its function's typed value"),
-        }
-    }
-
-    fn into_py(self, py: Python<'_>, strings: &Interner) -> PyResult<PyObject> {
-        let bytes = |b: &[u8]| PyBytes::new(py, b).into_any().unbind();
-        Ok(match self {
-            OutCol::Obj(v) => PyList::new(py, v)?.into_any().unbind(),
-            OutCol::Auto(v, odd) => {
-                let ints = v.iter().all(|x| match x {
-                    Val::Null => true,
-                    Val::Int(i) => i64::try_from(*i).is_ok(),
-                    _ => false,
-                });
-                let floats = v.iter().all(|x| matches!(x, Val::Null | Val::Float(_)));
-                if odd.is_empty() && (ints || floats) {
-                    let n = v.len();
-                    let mut col = if ints {
-                        OutCol::I(Vec::with_capacity(n), vec![0u8; n.div_ceil(8)], 0)
-                    } else {
-                        OutCol::F(Vec::with_capacity(n), vec![0u8; n.div_ceil(8)], 0)
-                    };
-                    for x in &v {
-                        col.push(Some(match x {
-                            Val::Int(i) => Typed::I(Some(*i as i64)),
-                            Val::Float(f) => Typed::F(Some(*f)),
-                            _ if ints => Typed::I(None),
-                            _ => Typed::F(None),
-                        }));
-                    }
-                    return col.into_py(py, strings);
-                }
-                // Mixed types, strings or booleans: the objects `finalize` makes.
-                let mut objs: Vec<PyObject> = v.iter().map(|x| to_py(py, x, strings)).collect();
-                for (i, o) in odd {
-                    objs[i] = o;
-                }
-                PyList::new(py, objs)?.into_any().unbind()
-            }
-            OutCol::F(d, bits, nulls) => {
-                let raw: Vec<u8> = d.iter().flat_map(|x| x.to_le_bytes()).collect();
-                ("f8", bytes(&raw), bytes(&bits), nulls).into_pyobject(py)?.into_any().unbind()
-            }
-            OutCol::I(d, bits, nulls) => {
-                let raw: Vec<u8> = d.iter().flat_map(|x| x.to_le_bytes()).collect();
-                ("i8", bytes(&raw), bytes(&bits), nulls).into_pyobject(py)?.into_any().unbind()
-            }
-        })
     }
 }
 
@@ -1450,18 +1374,21 @@ impl StreamCore {
     /// `ingest_columns` for a plan without predicates, over typed columns (`Column`, built
     /// by plan.py from Arrow or numpy): no Python object per row but the metrics' values.
     /// `ts` holds one little-endian i64 per row. Same checks, clamping and values.
-    /// `arrow`: metrics whose value is always a float or an int come back as Arrow buffers
-    /// (see `OutCol`), the others as lists.
-    #[pyo3(signature = (names, cols, ts, arrow=false))]
+    /// `kinds` (metric name -> `"i" | "f" | "b" | "s" | "n"` for SUM, MIN, MAX, OLDEST and
+    /// RECENT; plan.py `value_kind`): every metric comes back as a column (outcols.rs), and
+    /// the call returns `(values, misfits)`: `misfits` lists (metric, first row) of the
+    /// values their column could not hold exactly (then the field-typed columns are lists).
+    #[pyo3(signature = (names, cols, ts, kinds=None))]
     fn ingest_arrays<'py>(&mut self, py: Python<'py>, names: Vec<Py<PyString>>,
-                          cols: Vec<Bound<'py, PyTuple>>, ts: &[u8], arrow: bool)
-                          -> PyResult<Bound<'py, PyDict>> {
+                          cols: Vec<Bound<'py, PyTuple>>, ts: &[u8],
+                          kinds: Option<Bound<'py, PyDict>>)
+                          -> PyResult<Bound<'py, PyAny>> {
         if !self.preds.is_empty() && self.npreds.is_none() {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "the plan's predicates are not lowered: use ingest_columns"));
         }
         let npreds = self.npreds.take();
-        let r = self.ingest_typed(py, names, cols, ts, npreds.as_ref(), arrow);
+        let r = self.ingest_typed(py, names, cols, ts, npreds.as_ref(), kinds.as_ref());
         self.npreds = npreds;
         r
     }
