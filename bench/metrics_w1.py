@@ -368,7 +368,7 @@ def misaligned_only(quick: bool) -> int:
     return 1 if batched[max(ks)]["parity_mismatches"] else 0
 
 
-MISALIGNED_BATCH = 1_000  # rows per ingest_many call with 120 windows (20 calls in the full run)
+MISALIGNED_BATCH = 500  # rows per ingest_many call at 120 windows (a fifth warms up, as per call)
 
 
 def misaligned_batched(pool, k: int, n: int, repeats: int) -> dict:
