@@ -2,7 +2,9 @@
 
 The leader appends an opaque entry, waits until its own state machine applied it, then
 acknowledges; followers apply the same entries in the same order, so every node holds the
-same state. ``replog`` knows nothing of what the entries mean.
+same state. The leader applies the entries it appended from what it holds, at the offsets the
+log acknowledged, and reads the log only for records it did not append. ``replog`` knows
+nothing of what the entries mean.
 
 What the caller does:
 - implement ``StateMachine`` (``apply`` pure and deterministic, returning effects as data;

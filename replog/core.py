@@ -4,10 +4,19 @@ No I/O, no threads, no clock: the shell (``replog.node.Node`` or the simulator) 
 in and performs what the core asks. The protocol on the leader:
 
 1. ``submit`` queues a request and returns a token;
-2. the shell calls ``take_batch`` and appends the drafts to the log in one group commit;
-3. the shell feeds every consumed record to ``begin``; if the step says apply, it calls the
-   state machine and then ``finish``, which completes the token with ``Applied`` only now,
-   after this node applied the entry itself.
+2. the shell calls ``take_batch`` and appends the drafts to the log in one group commit, then
+   hands the offsets the log gave them to ``appended``;
+3. the shell feeds every record, in offset order, to ``begin``; if the step says apply, it
+   calls the state machine and then ``finish``, which completes the token with ``Applied``
+   only now, after this node applied the entry itself.
+
+Where a record comes from is the shell's choice, never the verdict's: a leader applies its own
+acknowledged records without reading them back (``take_own``, as a Raft leader applies what it
+committed) and reads the log only where ``must_read`` says the next offset is not one of them
+(another writer's record, an append whose outcome it never learned, or the log's end as last
+probed, ``log_ends_at``). An own record holds exactly the fields its bytes decode to, so every
+replica judges the same entry at the same offset; ``begin`` skips an offset already processed,
+so a record read both ways is applied once. A follower reads everything.
 
 A new leader first appends ``LeaderStarted`` and releases queued requests only once it has
 applied it, so it serves from a state that includes every entry before its own.
@@ -18,6 +27,7 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -107,6 +117,10 @@ class ReplicaCore:
         self._leader_started_seq: int | None = None
         self._deadlines: list[tuple[int, int]] = []  # heap of (deadline_ms, seq)
         self._pending = 0  # drafts that have a caller
+        # This leader's records the log acknowledged at offsets >= next_offset, ascending: they
+        # are applied from here, not read back.
+        self._own: deque[Entry] = deque()
+        self._log_end = 0  # where the log ended when last probed (``log_ends_at``)
 
     # -- state --------------------------------------------------------------------------
     @property
@@ -151,6 +165,7 @@ class ReplicaCore:
         self.role = Role.FOLLOWER
         self.my_writer_id = None
         self._leader_started_seq = None
+        self._own.clear()  # a follower reads every record
         return self._fail_all(NotLeader(reason))
 
     # -- requests -----------------------------------------------------------------------
@@ -162,6 +177,8 @@ class ReplicaCore:
             raise NotLeader()
         if self.pending_count >= self.limits.pending_requests_max:
             raise Overloaded(f"{self.limits.pending_requests_max} requests pending")
+        if type(payload) is not bytes:  # an own record applies what its bytes decode to
+            payload = bytes(payload)
         seq = self._new_seq()
         deadline = now_ms + timeout_ms
         self._drafts[seq] = _Draft(seq, kind, payload, deadline)
@@ -230,6 +247,60 @@ class ReplicaCore:
             out.append(Completion(seq, error=AppendTimeout("not applied before the deadline")))
         return out
 
+    # -- own records: applied without reading them back ----------------------------------
+    def appended(self, entries: Sequence[Entry], offsets: Sequence[int] | None) -> None:
+        """The log took ``entries`` (from ``take_batch``) at ``offsets``, one each (None: the
+        log could not say where; they are read back). Only a leader keeps them."""
+        if offsets is None or self.role is Role.FOLLOWER:
+            return
+        own = self._own
+        for e, offset in zip(entries, offsets, strict=True):
+            if offset < self.next_offset:
+                continue  # already read from the log
+            if own and offset <= own[-1].offset:  # never happens on a log that only grows:
+                own.clear()  # trust none of it and read the log instead
+                return
+            own.append(Entry(offset, e.writer_id, e.ts, e.kind, e.payload, e.seq))
+
+    def take_own(self) -> list[Entry]:
+        """This leader's own acknowledged records from ``next_offset`` on, consecutive: feed each
+        to ``begin`` (and apply it) as if it had been read from the log."""
+        own = self._own
+        if not own:
+            return []
+        nxt = self.next_offset
+        while own and own[0].offset < nxt:  # read from the log meanwhile
+            own.popleft()
+        out = []
+        while own and own[0].offset == nxt:
+            out.append(own.popleft())
+            nxt += 1
+        return out
+
+    def must_read(self) -> bool:
+        """Whether the record at ``next_offset`` has to be read from the log: always on a
+        follower; on a leader when its next own record lies further on (a gap: records this
+        node did not append, or whose append it never saw acknowledged) or the log ended past
+        ``next_offset`` when last probed."""
+        if self.role is Role.FOLLOWER:
+            return True
+        own, nxt = self._own, self.next_offset
+        while own and own[0].offset < nxt:
+            own.popleft()
+        if own:
+            return own[0].offset > nxt
+        return nxt < self._log_end
+
+    def has_work(self) -> bool:
+        """Whether there is a record to apply now: an own one at ``next_offset``, or one to
+        read (``must_read``); a leader's loop waits for the appender otherwise."""
+        return self.must_read() or bool(self._own)  # must_read dropped own records behind
+
+    def log_ends_at(self, tail_offset: int) -> None:
+        """The log's ``tail_offset`` as probed: a leader reads the records before it that are
+        not its own (an idle leader learns so of another writer's records)."""
+        self._log_end = max(self._log_end, tail_offset)
+
     # -- the log ------------------------------------------------------------------------
     def begin(self, entry: Entry) -> Step:
         """Judge one consumed record. Apply it to the state machine iff ``step.apply``."""
@@ -258,6 +329,7 @@ class ReplicaCore:
             self.role = Role.FOLLOWER
             self.my_writer_id = None
             self._leader_started_seq = None
+            self._own.clear()
             step.resign = True
         return step
 

@@ -80,8 +80,9 @@ class FileLog:
         with self._cv:
             return self._count
 
-    def append(self, records: Sequence[bytes]) -> None:
+    def append(self, records: Sequence[bytes]) -> list[int]:
         with self._cv:
+            first = self._count
             pos, count = self._end, self._count
             chunks = []
             indexed = []
@@ -102,6 +103,7 @@ class FileLog:
             self._count = count
             self._end = pos
             self._cv.notify_all()
+        return list(range(first, count))
 
     def open_reader(self, start_offset: int, *, follower: bool = False) -> FileLogReader:
         return FileLogReader(self, start_offset)  # a local file costs nothing to wait on
@@ -114,11 +116,18 @@ class FileLogReader:
     def __init__(self, log: FileLog, start_offset: int):
         self._log = log
         self._file = open(log.path, "rb")
+        self.seek(start_offset)
+
+    def seek(self, offset: int) -> None:
+        log = self._log
         with log._cv:
-            block = min(start_offset, max(0, log._count - 1)) // log._stride
+            block = min(offset, max(0, log._count - 1)) // log._stride
             self._next = block * log._stride
             self._file.seek(log._index[block] if log._index else 0)
-        self._skip_to = start_offset  # records before it are read past, not returned
+        self._skip_to = offset  # records before it are read past, not returned
+
+    def pause(self) -> None:
+        pass  # a file reader reads only when polled
 
     def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:
         log = self._log

@@ -1,9 +1,11 @@
 """The cluster log: one Kafka topic with one partition, via confluent-kafka.
 
 The producer is idempotent with ``acks=all`` (no duplicates or reordering on retry);
-``append`` is one group commit (produce all, one flush). The reader uses ``assign()`` on
-partition 0 from an offset, with no consumer group and no commits: where to resume is the
-node's business (checkpoint offset + 1).
+``append`` is one group commit (produce all, one flush) and returns the offset of each record
+from the delivery reports (the leader applies its records without reading them back). The
+reader uses ``assign()`` on partition 0 from an offset, with no consumer group and no commits:
+where to resume is the node's business (checkpoint offset + 1); ``seek`` assigns anew,
+``pause`` unassigns, so a leader's reader fetches only while it reads a gap.
 
 Tuned for the latency of one record, not for throughput (``producer_config`` and
 ``consumer_config``; ``bench/replog_rtt.py`` measures them against librdkafka's defaults and a
@@ -21,6 +23,7 @@ start offset was deleted refuses to start (``replog.LogTruncated``) instead of d
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Sequence
 
@@ -50,7 +53,7 @@ fetch_wait_max_ms = 100
 # 500/s, ~10 at 1,000/s), for up to 5 ms more before a follower applies an entry (a request
 # forwarded through a follower pays that; one sent to the leader does not). Measured side by
 # side by ``bench/follower_fetch.py`` (CPU per record and delivery delay per setting).
-# A node reads with the leader's settings while it leads or starts to.
+# A leader reads only across gaps in its own records, with the leader's settings.
 follower_fetch_wait_max_ms = 10
 follower_fetch_min_bytes = 16 * 1024
 fetch_error_backoff_ms = 20  # after a fetch error (e.g. a broker restart); default 500
@@ -171,22 +174,26 @@ class KafkaLog:
         self._producer = Producer(conf)
         self._readers: list[KafkaLogReader] = []
         self._probe: Consumer | None = None  # asks the broker for the watermarks
+        self._probe_lock = threading.Lock()  # the appender and the loop may both ask
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():  # e.g. the idempotent producer lost its sequence: it is unusable now
             self._fatal = str(err)
 
-    def append(self, records: Sequence[bytes]) -> None:
+    def append(self, records: Sequence[bytes]) -> list[int] | None:
         if self._fatal is not None:
             # A fresh producer (new producer id) instead of failing every append from now on;
             # ordering across the two is safe: the appender sends one group at a time.
             self._fatal = None
             self._replace_producer()
         errors: list[KafkaError] = []
+        offsets: list[int] = []
 
-        def on_delivery(err, _msg) -> None:
+        def on_delivery(err, msg) -> None:
             if err is not None:
                 errors.append(err)
+            else:
+                offsets.append(msg.offset())
 
         for r in records:
             self._producer.produce(self.topic, r, partition=PARTITION, on_delivery=on_delivery)
@@ -202,6 +209,12 @@ class KafkaLog:
             raise AppendTimeout(f"{remaining} records not delivered in {append_timeout_s} s")
         if errors:
             raise AppendFailed(str(errors[0]))
+        # The idempotent producer keeps one partition's records in the order produced, so the
+        # sorted offsets are the records' in order, whatever order the reports came in.
+        offsets.sort()
+        if len(offsets) != len(records) or (offsets and offsets[0] < 0):  # no offset given
+            return None
+        return offsets
 
     def _replace_producer(self) -> None:
         old, self._producer = self._producer, Producer(self._conf)
@@ -218,17 +231,18 @@ class KafkaLog:
 
     def _watermarks(self, timeout_s: float) -> tuple[int, int]:
         # A client of its own, kept open: the readers' clients may be the ones that are stuck.
-        if self._probe is None:
-            self._probe = Consumer({"bootstrap.servers": self.bootstrap,
-                                    "group.id": f"replog-{uuid.uuid4().hex}",
-                                    "enable.auto.commit": False, "log_level": self.log_level})
-        try:
-            return self._probe.get_watermark_offsets(
-                TopicPartition(self.topic, PARTITION), timeout=timeout_s, cached=False)
-        except Exception:
-            self._probe.close()  # a client that lost its broker is made anew next time
-            self._probe = None
-            raise
+        with self._probe_lock:
+            if self._probe is None:
+                self._probe = Consumer({"bootstrap.servers": self.bootstrap,
+                                        "group.id": f"replog-{uuid.uuid4().hex}",
+                                        "enable.auto.commit": False, "log_level": self.log_level})
+            try:
+                return self._probe.get_watermark_offsets(
+                    TopicPartition(self.topic, PARTITION), timeout=timeout_s, cached=False)
+            except Exception:
+                self._probe.close()  # a client that lost its broker is made anew next time
+                self._probe = None
+                raise
 
     def open_reader(self, start_offset: int, *, follower: bool = False) -> KafkaLogReader:
         reader = KafkaLogReader(self.bootstrap, self.topic, start_offset, self.log_level,
@@ -238,17 +252,29 @@ class KafkaLog:
 
     def close(self) -> None:
         self._producer.flush(1.0)
-        if self._probe is not None:
-            self._probe.close()
-            self._probe = None
+        with self._probe_lock:
+            if self._probe is not None:
+                self._probe.close()
+                self._probe = None
 
 
 class KafkaLogReader:
     def __init__(self, bootstrap: str, topic: str, start_offset: int, log_level: int = 6,
                  *, follower: bool = False, **consumer_conf):
+        self._topic = topic
         self._consumer = Consumer({**consumer_config(bootstrap, log_level, follower=follower),
                                    **consumer_conf})
         self._consumer.assign([TopicPartition(topic, PARTITION, start_offset)])
+
+    def seek(self, offset: int) -> None:
+        # A new assignment, not ``Consumer.seek`` (refused on a partition not being fetched):
+        # the client's connection stays, the fetch starts at ``offset``, and messages of the
+        # old assignment still queued are dropped by the client (a stale one would only repeat
+        # an offset, which the node skips).
+        self._consumer.assign([TopicPartition(self._topic, PARTITION, offset)])
+
+    def pause(self) -> None:
+        self._consumer.unassign()  # no partition, no fetch: the client only keeps its socket
 
     def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:
         # consume(n, timeout) waits until n messages or the timeout: wait for the first one

@@ -1,10 +1,15 @@
 """The node: the threaded shell that runs a ``ReplicaCore`` against a real log and election.
 
-Two threads: the *loop* consumes the log, applies entries to the state machine, completes
+Two threads: the *loop* applies entries to the state machine in offset order, completes
 waiting requests and calls ``on_effects`` and the checkpointer (one thread, so apply calls
 never overlap; a failing read of the log is retried with backoff and shown in ``problems()``,
 only a failing apply or a truncated log stops it); the *appender* takes batches from the
-core and appends each with one group commit. Election callbacks arrive on the election's
+core and appends each with one group commit. A follower's loop reads every record from the
+log. A leader's applies the records the appender got acknowledged (with their offsets)
+without reading them back, and reads the log only across a gap (records it did not append:
+a deposed writer's, or those of an append whose outcome it never learned) and, when idle, up
+to the log's end as probed every ``leader_idle_probe_s``; its reader is paused otherwise, so
+it fetches nothing in the background. Election callbacks arrive on the election's
 thread and take effect at once: a deposed leader fails its pending requests before
 returning. Callers must ``start()`` the node, and ``stop()`` it; from asyncio, wrap
 ``submit``'s future with ``asyncio.wrap_future``, or hand ``submit_to`` a ``Sink`` of their own
@@ -31,6 +36,7 @@ from replog.protocols import (
     ElectionEvent,
     Forwarder,
     LogAdapter,
+    LogReader,
     StateMachine,
 )
 
@@ -49,16 +55,24 @@ class Sink(Protocol):
 log = logging.getLogger(__name__)
 
 poll_timeout_s = 0.02  # bounds how late a request timeout fires when the log is idle
+# A follower holds no request that could time out (it forwards them), and an election reaches
+# it through the log (its reader returns the new LeaderStarted): it waits longer per poll, so
+# an idle follower's loop wakes 4 times a second, not 50.
+follower_poll_timeout_s = 0.25
 records_per_poll_max = 1000
 forward_threads_max = 32
 appender_idle_wait_s = 0.1
 append_retry_backoff_s = 0.05  # after a failed append, so a down log is not hammered
 read_retry_backoff_max_s = 2.0  # a log that cannot be read (broker restarting) is retried
-# The log took an append this long ago (the leader knows), or ends past where the reader
-# stands (a follower asks the log's ``tail_offset`` after this long without a record), and the
-# reader has returned nothing since: it is stuck (a client that lost its broker may not fetch
-# again for minutes), so it is reopened where it stands.
+# A leader reading across a gap (records it knows are there) got nothing for this long, or a
+# follower's log ends past where its reader stands (asked of the log's ``tail_offset`` after
+# this long without a record): the reader is stuck (a client that lost its broker may not
+# fetch again for minutes), so it is reopened where it stands.
 reader_stall_s = 5.0
+# A leader that applied nothing for this long asks where the log ends and reads whatever is
+# not its own up to there: records of an append whose outcome it never learned, or of a newer
+# writer (ZooKeeper deposes it then too, but a paused process learns that late).
+leader_idle_probe_s = 1.0
 
 
 class Checkpointer(Protocol):
@@ -105,6 +119,7 @@ class Node:
         )
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # appender: a batch may be ready
+        self._own_ready = threading.Condition(self._lock)  # a leader's loop: records acked
         self._applied_cv = threading.Condition()
         self._applied = start_offset - 1
         self._futures: dict[int, Sink] = {}
@@ -115,10 +130,17 @@ class Node:
         self.failure: BaseException | None = None
         self.read_error: str | None = None  # the log's last read failure, until a read works
         self.append_error: str | None = None  # the log's last append failure, until one works
-        # When the last append the log took began: the reader may return the records before
-        # the append returns, so a read after this time covers them.
-        self._appended_at = 0.0
+        self._reader: LogReader | None = None
+        self._reader_follower = True  # opened with a follower's fetch settings
+        self._reading = False  # fetching: always on a follower, across a gap on a leader
+        self._read_at = 0.0  # the reader started reading or last returned records
+        self._progress_at = 0.0  # the loop last applied or skipped a record
+        self._probed_at = 0.0
+        self._backoff = poll_timeout_s
         self.reader_reopens = 0
+        self.records_read = 0  # records taken from the log's reader
+        self.reads = 0  # polls of the reader that returned records
+        self.records_own = 0  # records a leader applied without reading them back
 
     # -- public -------------------------------------------------------------------------
     @property
@@ -165,7 +187,7 @@ class Node:
                 "retention"
             )
         self._reader = self.log.open_reader(self.start_offset, follower=True)
-        self._reader_follower = True  # a node starts as a follower
+        self._reader_follower = self._reading = True  # a node starts as a follower
         self._running = True
         for name, target in (("loop", self._loop), ("appender", self._appender)):
             t = threading.Thread(target=target, name=f"replog-{name}-{self.node_id}", daemon=True)
@@ -182,7 +204,8 @@ class Node:
         self._resolve(completions)
         for t in self._threads:
             t.join(timeout=5)
-        self._reader.close()
+        if self._reader is not None:
+            self._reader.close()
         self._forwarders.shutdown(wait=False, cancel_futures=True)
         for fut in list(self._forwarding):  # cancelled before they ran: callers must not hang
             _fail(fut, NotLeader("node stopping"))
@@ -248,6 +271,7 @@ class Node:
             elif isinstance(event, Elected):
                 ok, completions = self.core.elected(event.writer_id)
                 self._wake.notify()
+            self._own_ready.notify()  # a leader's loop waiting for its records reads as a follower
         self._resolve(completions)
         if not ok:  # the log already has a newer writer: rejoin with a larger id
             threading.Thread(target=self.election.resign, daemon=True).start()
@@ -261,11 +285,9 @@ class Node:
                 batch = self.core.take_batch(self.clock())
             if not batch:
                 continue
-            began = time.monotonic()
             try:
-                self.log.append([e.encode() for e in batch])
+                offsets = self.log.append([e.encode() for e in batch])
                 self.append_error = None
-                self._appended_at = began
             except Exception as e:  # the log's failure becomes the requests' failure
                 log.warning("append of %d entries failed: %s", len(batch), e)
                 self.append_error = f"{type(e).__name__}: {e}"
@@ -273,43 +295,28 @@ class Node:
                     completions = self.core.append_failed([x.seq for x in batch], str(e))
                 self._resolve(completions)
                 time.sleep(append_retry_backoff_s)
+                continue
+            tail = None
+            if offsets is None:  # the log could not say where: the loop reads up to its end
+                try:
+                    tail = self.log.tail_offset()
+                except Exception as e:  # noqa: BLE001 - the loop's idle probe asks again
+                    log.debug("asking where the log ends failed: %s", e)
+            with self._lock:
+                if offsets is not None:
+                    self.core.appended(batch, offsets)
+                elif tail is not None:
+                    self.core.log_ends_at(tail)
+                self._own_ready.notify()
 
     def _loop(self) -> None:
-        backoff = poll_timeout_s
-        read_at = probed_at = time.monotonic()
+        self._read_at = self._progress_at = self._probed_at = time.monotonic()
         try:
             while self._running:
-                following = self.core.role is Role.FOLLOWER
-                if following != self._reader_follower:  # led or deposed: read as the role asks
-                    self._swap_reader(following)
-                now = time.monotonic()
-                if read_at < self._appended_at < now - reader_stall_s:
-                    self._reopen_reader("the log took an append over %.0fs ago")
-                    read_at = now
-                elif read_at < now - reader_stall_s and probed_at < now - reader_stall_s:
-                    probed_at = now
-                    if self._log_is_ahead():
-                        self._reopen_reader("the log holds records not read for %.0fs")
-                        read_at = now
-                try:
-                    records = self._reader.poll(poll_timeout_s, records_per_poll_max)
-                    self.read_error, backoff = None, poll_timeout_s
-                except LogTruncated:
-                    raise
-                except Exception as e:  # noqa: BLE001 - a log being restarted: read again
-                    self.read_error = f"{type(e).__name__}: {e}"
-                    log.warning("reading the log failed, retrying in %.2fs: %s", backoff,
-                                self.read_error)
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, read_retry_backoff_max_s)
-                    records = []
-                for offset, data in records:
-                    self._process(Entry.decode(data, offset))
-                if records:
-                    read_at = time.monotonic()
-                    with self._applied_cv:
-                        self._applied = self.core.applied_offset
-                        self._applied_cv.notify_all()
+                if self.core.role is Role.FOLLOWER:
+                    self._follow()
+                else:
+                    self._lead()
                 with self._lock:
                     completions = self.core.expire(self.clock())
                 self._resolve(completions)
@@ -322,6 +329,97 @@ class Node:
             self._resolve(completions)
             self.election.stop()
 
+    def _follow(self) -> None:
+        """One turn of a follower: read what the log holds from the next offset, apply it."""
+        if self._reader is None or not self._reader_follower:  # deposed: read everything
+            if not self._open_reader(follower=True):
+                self._sleep_backoff()
+                return
+        now = time.monotonic()
+        if self._read_at < now - reader_stall_s and self._probed_at < now - reader_stall_s:
+            self._probed_at = now
+            if self._log_is_ahead():
+                self._reopen_reader("the log holds records not read for %.0fs")
+        self._read(follower_poll_timeout_s)
+
+    def _lead(self) -> None:
+        """One turn of a leader (or a starting one): apply its own acknowledged records at the
+        next offset; read the log only across a gap; otherwise wait for the appender."""
+        if self._reader is not None and self._reader_follower:  # elected: stop its fetching
+            self._close_reader()
+        core = self.core
+        with self._lock:
+            own = core.take_own()
+            read = not own and core.must_read()
+        if own:
+            for entry in own:
+                self._process(entry)
+            self.records_own += len(own)
+            self._progress_at = time.monotonic()
+            self._publish()
+            return
+        if read:
+            if core.role is Role.FOLLOWER:  # deposed meanwhile: the next turn follows
+                return
+            if not self._reading and not self._start_reading():
+                self._sleep_backoff()
+                return
+            if self._read_at < time.monotonic() - reader_stall_s:
+                self._reopen_reader("a gap in the log was not read for %.0fs")
+            self._read()
+            return
+        if self._reading:  # caught up: the reader would fetch the leader's own records next
+            self._reader.pause()  # type: ignore[union-attr]
+            self._reading = False
+        now = time.monotonic()
+        if self._progress_at < now - leader_idle_probe_s \
+                and self._probed_at < now - leader_idle_probe_s:
+            self._probed_at = now
+            try:
+                tail = self.log.tail_offset()
+            except Exception as e:  # noqa: BLE001 - log unreachable: asked again later
+                log.debug("asking where the log ends failed: %s", e)
+                return
+            with self._lock:
+                core.log_ends_at(tail)
+            return
+        with self._lock:
+            if not core.has_work():
+                self._own_ready.wait(poll_timeout_s)
+
+    def _read(self, timeout_s: float = poll_timeout_s) -> None:
+        """Poll the reader once and apply what it returned, in order."""
+        try:
+            records = self._reader.poll(timeout_s, records_per_poll_max)  # type: ignore[union-attr]
+            self.read_error, self._backoff = None, poll_timeout_s
+        except LogTruncated:
+            raise
+        except Exception as e:  # noqa: BLE001 - a log being restarted: read again
+            self.read_error = f"{type(e).__name__}: {e}"
+            log.warning("reading the log failed, retrying in %.2fs: %s", self._backoff,
+                        self.read_error)
+            self._sleep_backoff()
+            return
+        if not records:
+            return
+        core = self.core
+        for offset, data in records:
+            if offset >= core.next_offset:  # else redelivered: processed already
+                self._process(Entry.decode(data, offset))
+        self.records_read += len(records)
+        self.reads += 1
+        self._read_at = self._progress_at = time.monotonic()
+        self._publish()
+
+    def _publish(self) -> None:
+        with self._applied_cv:
+            self._applied = self.core.applied_offset
+            self._applied_cv.notify_all()
+
+    def _sleep_backoff(self) -> None:
+        time.sleep(self._backoff)
+        self._backoff = min(self._backoff * 2, read_retry_backoff_max_s)
+
     def _log_is_ahead(self) -> bool:
         """Whether the log ends past this node's next offset (False when it cannot say)."""
         try:
@@ -333,24 +431,39 @@ class Node:
     def _reopen_reader(self, why: str) -> None:
         log.warning("%s: " + why + " and nothing was read since: reopening the reader at "
                     "offset %d", self.node_id, reader_stall_s, self.core.next_offset)
-        if self._swap_reader(self._reader_follower):
+        if self._open_reader(self._reader_follower):
             self.reader_reopens += 1
 
-    def _swap_reader(self, follower: bool) -> bool:
+    def _start_reading(self) -> bool:
+        """A leader's reader fetches from the next offset (opened on first need, then resumed
+        where the gap starts); False if it could not be."""
+        if self._reader is None:
+            return self._open_reader(follower=False)
+        try:
+            self._reader.seek(self.core.next_offset)
+        except Exception as e:  # noqa: BLE001 - a client in trouble: a new one
+            log.warning("%s: seeking the reader failed: %s", self.node_id, e)
+            return self._open_reader(follower=False)
+        self._reading, self._read_at = True, time.monotonic()
+        return True
+
+    def _open_reader(self, follower: bool) -> bool:
         """Read on from the next offset with a new reader (on the loop thread, between polls:
         nothing read is lost); the old one stays if the new one cannot be opened."""
         try:
             fresh = self.log.open_reader(self.core.next_offset, follower=follower)
         except Exception as e:  # noqa: BLE001 - keep the old reader; tried again later
-            self.read_error = f"reopening the reader failed: {type(e).__name__}: {e}"
+            self.read_error = f"opening a reader failed: {type(e).__name__}: {e}"
             log.warning("%s", self.read_error)
             return False
         old, self._reader, self._reader_follower = self._reader, fresh, follower
-        try:
-            old.close()
-        except Exception:  # the old reader is dropped anyway
-            log.debug("closing the old reader failed", exc_info=True)
+        self._reading, self._read_at = True, time.monotonic()
+        _close(old)
         return True
+
+    def _close_reader(self) -> None:
+        old, self._reader, self._reading = self._reader, None, False
+        _close(old)
 
     def _process(self, entry: Entry) -> None:
         with self._lock:
@@ -362,18 +475,23 @@ class Node:
             self._applied = self.core.applied_offset
             self._resolve(step.completions)
             return
-        self._resolve(step.completions)
+        if step.completions:
+            self._resolve(step.completions)
         effects = self.sm.apply(step.entry)
         # Published only once applied (a reader never sees an offset whose entry is not in the
         # state), and before acks go out (a client that got its answer reads its own write).
         self._applied = step.entry.offset
-        with self._lock:  # one acquisition: finish, wake the appender, take the sinks
-            completions = self.core.finish(step, effects)
-            if self.core.has_batch():
-                self._wake.notify()
-            settled = self._take(completions) if completions else None
-        if settled:
-            _deliver(settled)
+        # Only this node's own entries complete requests or start its leadership; another
+        # writer's (every entry on a follower) need not take the lock again. A node elected
+        # meanwhile has written nothing with its id before this entry.
+        if step.entry.writer_id == self.core.my_writer_id:
+            with self._lock:  # one acquisition: finish, wake the appender, take the sinks
+                completions = self.core.finish(step, effects)
+                if self.core.has_batch():
+                    self._wake.notify()
+                settled = self._take(completions) if completions else None
+            if settled:
+                _deliver(settled)
         if self.on_effects is not None:
             self.on_effects(step.entry, effects)
         if self.checkpointer is not None:
@@ -420,6 +538,15 @@ def _deliver(settled: list[tuple[Sink, Completion]]) -> None:
                 sink.set_result(c.result)  # type: ignore[arg-type]
         except InvalidStateError:  # cancelled by its caller
             pass
+
+
+def _close(reader: LogReader | None) -> None:
+    if reader is None:
+        return
+    try:
+        reader.close()
+    except Exception:  # the old reader is dropped anyway
+        log.debug("closing a reader failed", exc_info=True)
 
 
 def _relay(fut: Future[Applied], sink: Sink) -> None:

@@ -46,12 +46,21 @@ class LogReader(Protocol):
     def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:
         """Up to ``records_max`` (offset, bytes) pairs in log order; [] after ``timeout_s``."""
 
+    def seek(self, offset: int) -> None:
+        """Read on from ``offset`` (what was fetched before is dropped); undoes ``pause``."""
+
+    def pause(self) -> None:
+        """Fetch nothing until the next ``seek`` (a leader reads the log only where it has a
+        gap: a reader fetching its own records in the background costs CPU for nothing)."""
+
     def close(self) -> None: ...
 
 
 class LogAdapter(Protocol):
-    def append(self, records: Sequence[bytes]) -> None:
-        """Append all records in order and return once they are durable; raise on failure.
+    def append(self, records: Sequence[bytes]) -> list[int] | None:
+        """Append all records in order and return once they are durable, with the offset each
+        took (None when the log cannot say: the leader then reads them back); raise on
+        failure.
 
         One call is one group commit: many requests share one produce-and-flush.
         """

@@ -36,7 +36,7 @@ class MemLog:
             self.held_writers.discard(writer_id)
             self._cv.notify_all()
 
-    def append(self, records: Sequence[bytes]) -> None:
+    def append(self, records: Sequence[bytes]) -> list[int]:
         if self.fail_appends:
             raise AppendFailed("injected")
         writer_id = Entry.decode(records[0]).writer_id if records else None
@@ -45,8 +45,10 @@ class MemLog:
                 self.frozen_appends[writer_id] = self.frozen_appends.get(writer_id, 0) + 1
                 self._cv.wait_for(lambda: writer_id not in self.held_writers)
                 self.frozen_appends[writer_id] -= 1
+            first = len(self.records)
             self.records.extend(records)
             self._cv.notify_all()
+        return list(range(first, first + len(records)))
 
     def open_reader(self, start_offset: int, *, follower: bool = False) -> MemLogReader:
         reader = MemLogReader(self, start_offset)
@@ -60,15 +62,27 @@ class MemLog:
 class MemLogReader:
     def __init__(self, log: MemLog, start_offset: int):
         self._log, self._next = log, start_offset
+        self.paused = False  # what a test may check
+        self.records_read = 0
+
+    def seek(self, offset: int) -> None:
+        self._next, self.paused = offset, False
+
+    def pause(self) -> None:
+        self.paused = True
 
     def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:
         log = self._log
         with log._cv:
+            if self.paused:  # fetches nothing, as a paused Kafka reader
+                log._cv.wait(timeout_s)
+                return []
             if self._next >= len(log.records):
                 log._cv.wait(timeout_s)
             chunk = log.records[self._next : self._next + records_max]
         out = [(self._next + i, r) for i, r in enumerate(chunk)]
         self._next += len(chunk)
+        self.records_read += len(chunk)
         return out
 
     def close(self) -> None:

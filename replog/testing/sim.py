@@ -1,13 +1,19 @@
 """A seeded deterministic simulation of a replog cluster: one thread, simulated time.
 
 Three replicas run the real ``ReplicaCore`` over a fake log (one list of records, appends land
-after a delay), a fake ZooKeeper (sequential ids, sessions that expire when their owner is dead
-or paused past the timeout) and a fake network. Faults, drawn from the seed: leader crash,
-follower crash and restart (from the start or from a checkpoint), leader paused past its
-session timeout (it resumes and writes after the new leader was elected), short pauses,
-duplicated appends, delayed and repeated deliveries, failed appends. After the faults stop, a
-probe request must be acknowledged and every replica must catch up. The checkers in
-``replog.testing.checker`` then judge the history.
+after a delay and are acknowledged with their offsets), a fake ZooKeeper (sequential ids,
+sessions that expire when their owner is dead or paused past the timeout) and a fake network.
+Replicas follow ``replog.node``'s protocol: a follower reads every record; a leader applies its
+own acknowledged records without reading them (``take_own``), reads the log only where
+``must_read`` says (gaps: a deposed writer's records, duplicates, failed appends that landed
+anyway, acknowledgements without offsets) and, when idle for a tick, probes the log's end.
+Faults, drawn from the seed: leader crash, follower crash and restart (from the start or from a
+checkpoint), leader paused past its session timeout (it resumes and writes after the new
+leader was elected), short pauses, duplicated appends, delayed and repeated deliveries, failed
+appends (half of them land all the same), acknowledgements that carry no offsets. After the
+faults stop, a probe request must be acknowledged and every replica must catch up. The
+checkers in ``replog.testing.checker`` then judge the history, and each own record a leader
+applied must equal the record the log holds at its offset.
 
 Replay one seed with its trace: ``python -m replog.testing.sim --seed 1234 --trace``.
 """
@@ -38,6 +44,7 @@ FAULT_KINDS = (
     "delayed_deliveries",
     "redeliveries",
     "failed_appends",
+    "unknown_offsets",
 )
 
 
@@ -84,6 +91,10 @@ class Replica:
     applied_ts: list[int] = field(default_factory=list)
     digests: dict[int, str] = field(default_factory=dict)
     checkpoint: tuple[Any, int, int, int] | None = None  # (state, offset, writer, seq)
+    progress_at: int = 0  # when it last processed a record
+    own_applied: int = 0  # records applied as a leader without reading them
+    gap_reads: int = 0  # records a leader read from the log
+    mismatches: list[int] = field(default_factory=list)  # own records unlike the log's
 
 
 class Simulation:
@@ -109,7 +120,7 @@ class Simulation:
         self.replicas = {f"n{i}": Replica(f"n{i}") for i in range(config.nodes)}
         self.requests: list[Request] = []
         self.faults: Counter[str] = Counter()
-        self.rates = {"dup": 0.0, "delay": 0.0, "redeliver": 0.0, "fail": 0.0}
+        self.rates = {"dup": 0.0, "delay": 0.0, "redeliver": 0.0, "fail": 0.0, "blind": 0.0}
         self.probe: Request | None = None
 
     # -- scheduling ---------------------------------------------------------------------
@@ -213,57 +224,97 @@ class Simulation:
         batch = r.core.take_batch(self.now)
         if not batch:
             return
+        records = [e.encode() for e in batch]
         if self.rng.random() < self.rates["fail"]:
             self.trace(f"{r.name} append of {len(batch)} fails")
+            if self.rng.random() < 0.5:  # indeterminate: the log took them all the same
+                self.at(self.now + self.delay(1, 10), self.log_land, records,
+                        r.name + " (failed)", None)
             self.complete(r, r.core.append_failed([e.seq for e in batch], "injected"))
             self.on(self.now + 1, r, self.node_append)
             return
         r.appending = True
-        records = [e.encode() for e in batch]
+        landed: list[int] = []
         landing = self.now + self.delay(1, 4, self.rates["delay"])
-        self.at(landing, self.log_land, records, r.name)
+        self.at(landing, self.log_land, records, r.name, landed)
         if self.rng.random() < self.rates["dup"]:
-            self.at(landing + self.delay(1, 30), self.log_land, records, r.name + " (duplicate)")
-        self.on(landing + 1, r, self.node_appended)
+            self.at(landing + self.delay(1, 30), self.log_land, records, r.name + " (duplicate)",
+                    None)
+        self.on(landing + 1, r, self.node_appended, batch, landed)
 
-    def node_appended(self, r: Replica) -> None:
+    def node_appended(self, r: Replica, batch: list[Entry], landed: list[int]) -> None:
         r.appending = False
+        if self.rng.random() < self.rates["blind"]:
+            self.trace(f"{r.name} learns no offsets for its append")
+            r.core.appended(batch, None)
+            if self.rng.random() < 0.5:  # it asks where the log ends (else that fails)
+                r.core.log_ends_at(len(self.log))
+        else:
+            r.core.appended(batch, landed)
+        self.node_deliver(r)
         self.node_append(r)
 
-    def log_land(self, records: list[bytes], writer: str) -> None:
+    def log_land(self, records: list[bytes], writer: str, landed: list[int] | None) -> None:
         self.trace(f"{len(records)} records from {writer} land at {len(self.log)}")
+        if landed is not None:
+            landed.extend(range(len(self.log), len(self.log) + len(records)))
         self.log.extend(records)
         for r in self.replicas.values():
             self.on(self.now + self.delay(0, 3, self.rates["delay"]), r, self.node_deliver)
 
     def node_deliver(self, r: Replica) -> None:
+        core = r.core
+        r.cursor = max(r.cursor, core.next_offset)  # a reader opens where the node stands
         if self.rates["redeliver"] and self.rng.random() < self.rates["redeliver"]:
             r.cursor = max(r.start_offset, r.cursor - self.rng.randint(1, 3))
-        while r.cursor < len(self.log):
+        while True:
+            leading = core.role is not Role.FOLLOWER
+            if leading:
+                own = core.take_own()
+                if own:
+                    for entry in own:
+                        r.own_applied += 1
+                        self.process(r, entry, own=True)
+                    continue
+                if not core.must_read():
+                    break
+            if r.cursor >= len(self.log):
+                break
             offset = r.cursor
             r.cursor += 1
-            step = r.core.begin(Entry.decode(self.log[offset], offset))
-            self.complete(r, step.completions)
-            if step.verdict is None:
-                continue
-            if step.apply:
-                effects = r.sm.apply(step.entry)
-                self.complete(r, r.core.finish(step, effects))
-                r.applied.append((offset, step.entry.writer_id, step.entry.seq))
-                r.applied_ts.append(step.entry.ts)
-                r.digests[offset] = r.sm.digest()
-                if len(r.applied) % self.cfg.checkpoint_every_entries == 0:
-                    r.checkpoint = (
-                        r.sm.snapshot(),
-                        offset,
-                        r.core.fence.writer_id,
-                        r.core.fence.seq,
-                    )
-        if r.core.has_batch():
+            r.gap_reads += leading
+            self.process(r, Entry.decode(self.log[offset], offset), own=False)
+        if core.has_batch():
             self.node_append(r)
+
+    def process(self, r: Replica, entry: Entry, own: bool) -> None:
+        offset = entry.offset
+        if own and (offset >= len(self.log) or Entry.decode(self.log[offset], offset) != entry):
+            r.mismatches.append(offset)
+        step = r.core.begin(entry)
+        self.complete(r, step.completions)
+        if step.verdict is None:
+            return
+        r.progress_at = self.now
+        if step.apply:
+            effects = r.sm.apply(step.entry)
+            self.complete(r, r.core.finish(step, effects))
+            r.applied.append((offset, step.entry.writer_id, step.entry.seq))
+            r.applied_ts.append(step.entry.ts)
+            r.digests[offset] = r.sm.digest()
+            if len(r.applied) % self.cfg.checkpoint_every_entries == 0:
+                r.checkpoint = (
+                    r.sm.snapshot(),
+                    offset,
+                    r.core.fence.writer_id,
+                    r.core.fence.seq,
+                )
 
     def node_tick(self, r: Replica) -> None:
         self.complete(r, r.core.expire(self.now))
+        if r.core.role is not Role.FOLLOWER and r.progress_at <= self.now - self.cfg.tick_ms:
+            r.core.log_ends_at(len(self.log))  # an idle leader asks where the log ends
+            self.node_deliver(r)
         self.on(self.now + self.cfg.tick_ms, r, self.node_tick)
 
     def complete(self, r: Replica, comps: list[Completion]) -> None:
@@ -296,7 +347,7 @@ class Simulation:
         r.core = ReplicaCore(start_offset=start, start_writer_id=writer)
         r.core.fence.seq = seq
         r.sm, r.cursor, r.start_offset = sm, start, start
-        r.appending, r.tokens = False, {}
+        r.appending, r.tokens, r.progress_at = False, {}, self.now
         r.applied, r.applied_ts = [], []
         r.alive, r.paused_until = True, 0
         self.zk_join(r)
@@ -357,6 +408,8 @@ class Simulation:
             self.rates["redeliver"] = 0.3
         elif kind == "failed_appends":
             self.rates["fail"] = 0.1
+        elif kind == "unknown_offsets":
+            self.rates["blind"] = 0.3
 
     def heal(self) -> None:
         self.trace("faults stop")
@@ -425,8 +478,12 @@ class Simulation:
         if self.probe is None or self.probe.outcome != "ok":
             problems.append("no progress: the probe was not acknowledged after the faults stopped")
         for r in self.replicas.values():
-            if r.cursor != len(self.log):
-                problems.append(f"{r.name} stopped at {r.cursor} of {len(self.log)} records")
+            if r.core.next_offset != len(self.log):
+                problems.append(
+                    f"{r.name} stopped at {r.core.next_offset} of {len(self.log)} records")
+            if r.mismatches:
+                problems.append(f"{r.name} applied own records unlike the log's at "
+                                f"{r.mismatches[:5]}")
         if sum(1 for r in self.replicas.values() if r.core.role is not Role.FOLLOWER) > 1:
             problems.append("more than one replica leads at the end")
         return problems

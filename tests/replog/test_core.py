@@ -1,4 +1,5 @@
-"""The pure core's protocol: append, wait until applied by me, then acknowledge."""
+"""The pure core's protocol: append, wait until applied by me, then acknowledge; a leader's
+own acknowledged records applied without reading them back, gaps read from the log."""
 
 import pytest
 
@@ -177,3 +178,169 @@ def test_redelivered_offsets_are_ignored():
     lead(core, log)
     step = core.begin(Entry.decode(log.records[0], 0))
     assert step.verdict is None and not step.apply
+
+
+# -- a leader applies its own acknowledged records without reading them back -------------
+
+def _append(log, batch):
+    """Append as the log adapter does: the offsets each record took."""
+    first = len(log.records)
+    log.append(batch)
+    return list(range(first, len(log.records)))
+
+
+def _apply(core, entry, applied):
+    step = core.begin(entry)
+    out = list(step.completions)
+    if step.apply:
+        applied.append((step.entry.offset, step.entry.writer_id, step.entry.seq))
+        out += core.finish(step, [step.entry.kind])
+    return out
+
+
+def _run(core, log, applied):
+    """What the node's loop does as a leader: own records first, the log only where
+    ``must_read`` says. Returns (completions, offsets read from the log)."""
+    out, read = [], []
+    while True:
+        own = core.take_own()
+        for e in own:
+            assert e == Entry.decode(log.records[e.offset], e.offset)  # same bytes, same entry
+            out += _apply(core, e, applied)
+        if own:
+            continue
+        if not core.must_read() or core.next_offset >= len(log.records):
+            return out, read
+        o = core.next_offset
+        read.append(o)
+        out += _apply(core, Entry.decode(log.records[o], o), applied)
+
+
+def _lead_own(core, log, writer_id=1):
+    core.elected(writer_id)
+    batch = core.take_batch(0)
+    core.appended(batch, _append(log, batch))
+    applied = []
+    _run(core, log, applied)
+    assert core.role is Role.LEADER
+    return applied
+
+
+def test_a_leader_applies_its_acknowledged_records_without_reading_them():
+    core, log = ReplicaCore(), FakeLog()
+    applied = _lead_own(core, log)
+    tokens = [core.submit("kv", bytearray([i]), 0, 1000) for i in range(3)]
+    batch = core.take_batch(0)
+    core.appended(batch, _append(log, batch))
+    completions, read = _run(core, log, applied)
+    assert read == [] and [c.token for c in completions] == tokens
+    assert [c.result.offset for c in completions] == [1, 2, 3]
+    assert completions[0].result.effects == ["kv"]
+    assert applied == [(o, 1, e.seq) for o, e in
+                       ((o, Entry.decode(r, o)) for o, r in enumerate(log.records))]
+
+
+def test_a_stale_writers_records_between_own_records_are_read_and_fenced_alike():
+    core, log = ReplicaCore(), FakeLog()
+    follower = ReplicaCore()
+    applied = _lead_own(core, log, writer_id=5)
+    stale = ReplicaCore()
+    stale.elected(3)  # a deposed leader that still writes
+    for i in range(4):
+        t = core.submit("kv", bytes([i]), 0, 1000)
+        log.append(stale.take_batch(0) if i == 0 else [Entry(-1, 3, 0, "kv", b"late", 100 + i)])
+        batch = core.take_batch(0)
+        core.appended(batch, _append(log, batch))
+        completions, read = _run(core, log, applied)
+        assert read == [len(log.records) - 2]  # exactly the stale record, nothing of its own
+        assert [(c.token, c.result is not None) for c in completions] == [(t, True)]
+    followed = []
+    for o, r in enumerate(log.records):
+        _apply(follower, Entry.decode(r, o), followed)
+    assert followed == applied and all(w == 5 for _, w, _ in applied)
+    assert (follower.fence.writer_id, follower.fence.seq) == (core.fence.writer_id, core.fence.seq)
+
+
+def test_a_gap_read_past_the_gap_applies_each_offset_once():
+    core, log = ReplicaCore(), FakeLog()
+    applied = _lead_own(core, log)
+    log.append([Entry(-1, 0, 0, "kv", b"stale", 0)])  # a gap at offset 1
+    core.submit("kv", b"a", 0, 1000)
+    core.submit("kv", b"b", 0, 1000)
+    batch = core.take_batch(0)
+    core.appended(batch, _append(log, batch))  # offsets 2, 3
+    assert core.take_own() == [] and core.must_read()
+    # The reader returns the gap and then the leader's own records, and one again.
+    completions = []
+    for o in (1, 2, 3, 2):
+        completions += _apply(core, Entry.decode(log.records[o], o), applied)
+    assert [c.result.offset for c in completions] == [2, 3]
+    assert core.take_own() == [] and not core.must_read()
+    assert [o for o, _, _ in applied] == [0, 2, 3]
+
+
+def test_an_acknowledged_append_the_leader_loses_leadership_over_is_applied_once():
+    core, log = ReplicaCore(), FakeLog()
+    applied = _lead_own(core, log)
+    t = core.submit("kv", b"x", 0, 1000)
+    batch = core.take_batch(0)
+    offsets = _append(log, batch)
+    [failed] = core.deposed("session lost")  # before the acknowledgement reached the loop
+    assert failed.token == t and isinstance(failed.error, NotLeader)
+    core.appended(batch, offsets)  # arrives late: a follower keeps nothing
+    assert core.take_own() == [] and core.must_read()
+    completions = []
+    for o in range(core.next_offset, len(log.records)):
+        completions += _apply(core, Entry.decode(log.records[o], o), applied)
+    assert completions == [] and [o for o, _, _ in applied] == [0, 1]
+
+
+def test_acknowledged_then_deposed_before_apply_still_applies_in_order_once():
+    core, log = ReplicaCore(), FakeLog()
+    applied = _lead_own(core, log)
+    core.submit("kv", b"x", 0, 1000)
+    batch = core.take_batch(0)
+    core.appended(batch, _append(log, batch))
+    own = core.take_own()  # the loop took them, then the election deposed the node
+    core.deposed("session lost")
+    completions = []
+    for e in own:
+        completions += _apply(core, e, applied)
+    assert completions == [] and [o for o, _, _ in applied] == [0, 1]
+    assert _apply(core, Entry.decode(log.records[1], 1), applied) == []  # redelivered: skipped
+    assert [o for o, _, _ in applied] == [0, 1]
+
+
+def test_an_append_without_offsets_is_read_back_up_to_the_probed_end():
+    core, log = ReplicaCore(), FakeLog()
+    applied = _lead_own(core, log)
+    t = core.submit("kv", b"x", 0, 1000)
+    batch = core.take_batch(0)
+    _append(log, batch)
+    core.appended(batch, None)
+    assert core.take_own() == [] and not core.must_read()  # nothing known yet: wait
+    core.log_ends_at(len(log.records))
+    completions, read = _run(core, log, applied)
+    assert read == [1] and [c.token for c in completions] == [t]
+    assert not core.must_read()
+
+
+def test_offsets_already_read_are_not_kept_and_a_restarted_leader_reads_its_past():
+    core, log = ReplicaCore(), FakeLog()
+    _lead_own(core, log)
+    core.submit("kv", b"x", 0, 1000)
+    batch = core.take_batch(0)
+    offsets = _append(log, batch)
+    log.feed(core)  # read from the log before the acknowledgement came
+    core.appended(batch, offsets)
+    assert core.take_own() == [] and not core.must_read()
+    # A restart: the new core starts at 0 and is elected again; its own LeaderStarted lands
+    # after what the log holds, which it reads first.
+    again = ReplicaCore()
+    applied = []
+    again.elected(2)
+    batch = again.take_batch(0)
+    again.appended(batch, _append(log, batch))
+    completions, read = _run(again, log, applied)
+    assert read == [0, 1] and again.role is Role.LEADER
+    assert [o for o, _, _ in applied] == [0, 1, 2]

@@ -33,6 +33,7 @@ def cluster():
     nodes = []
     for i in range(3):
         url = f"mem://n{i}"
+        seen: list[int] = []
         node = Node(
             DictKV(),
             log,
@@ -40,7 +41,9 @@ def cluster():
             node_id=f"n{i}",
             advertise_url=url,
             forwarder=DirectForwarder(nodes_by_url),
+            on_effects=lambda entry, _effects, seen=seen: seen.append(entry.offset),
         )
+        node.applied_offsets = seen  # every offset this node applied, in order
         nodes_by_url[url] = node
         nodes.append(node)
         node.start()
@@ -288,7 +291,7 @@ def lone_leader():
     node = Node(DictKV(), MemLog(), ManualElection({}), node_id="n0", advertise_url="mem://n0")
     node.start()
     node.election.elect(1)
-    assert wait_for(lambda: node.is_leader and not node._reader.follower)
+    assert wait_for(lambda: node.is_leader)
     yield node
     node.stop()
 
@@ -303,14 +306,20 @@ def short_stall(monkeypatch):
 def _make_stuck(node: Node) -> None:
     import time
 
+    import replog.node as node_mod
+
     node._reader.poll = lambda timeout_s, records_max: []  # stuck for good
-    time.sleep(0.05)  # a poll already under way when it got stuck has returned
+    time.sleep(node_mod.follower_poll_timeout_s + 0.05)  # a poll under way has returned
 
 
-def test_a_log_read_failure_is_retried_and_shown_not_fatal(lone_leader):
+def _raw(writer_id: int, seq: int) -> bytes:
+    return Entry(-1, writer_id, 1, ops.KIND, ops.put(f"w{writer_id}s{seq}", seq), seq).encode()
+
+
+def test_a_log_read_failure_is_retried_and_shown_not_fatal(cluster):
     """A broker restarting makes reads fail for a while: the loop retries them, /healthz's
-    problems name the failure meanwhile, and the node serves again once reads work."""
-    node = lone_leader
+    problems name the failure meanwhile, and the node applies again once reads work."""
+    log, (leader, node, _) = cluster
     reader = node._reader
     real_poll, failures = reader.poll, [RuntimeError("broker down")] * 6
 
@@ -321,19 +330,73 @@ def test_a_log_read_failure_is_retried_and_shown_not_fatal(lone_leader):
 
     reader.poll = flaky_poll
     assert wait_for(lambda: any("broker down" in p for p in node.problems()))
-    applied = node.submit(ops.KIND, ops.put("k", 1), WAIT_S).result(WAIT_S)
-    assert applied.effects == [{"key": "k", "value": 1}]
+    leader.election.elect(1)
+    applied = leader.submit(ops.KIND, ops.put("k", 1), WAIT_S).result(WAIT_S)
+    assert node.wait_applied(applied.offset, WAIT_S) and node.sm.get("k") == 1
     assert node.failure is None and node.problems() == []
 
 
+def test_a_leader_applies_its_own_records_without_reading_them(cluster):
+    """The leader's appends come back with their offsets: it applies them from memory, and
+    its reader fetches nothing; the followers read the same records and hold the same state."""
+    log, (a, b, c) = cluster
+    a.election.elect(1)
+    assert wait_for(lambda: a.is_leader)
+    futures = [a.submit(ops.KIND, ops.incr(f"c{i % 3}", i), WAIT_S) for i in range(30)]
+    last = max(f.result(WAIT_S).offset for f in futures)
+    # Its LeaderStarted may have been read by its follower's reader, just before it closed.
+    assert a.records_read <= 1 and a.records_own + a.records_read == last + 1
+    assert a._reader is None or a._reader.paused
+    for f in (b, c):
+        assert f.wait_applied(last, WAIT_S) and f.records_own == 0
+        assert f.sm.digest() == a.sm.digest()
+
+
+def test_a_leader_reads_the_gaps_a_stale_writer_left_between_its_records(cluster):
+    """Records of a deposed writer land between the leader's own: the leader reads each gap
+    from the log (and fences it, as every replica does) and applies its own records from
+    memory; an idle leader finds the stale records after its last one by asking where the
+    log ends."""
+    log, (a, b, c) = cluster
+    a.election.elect(5)
+    assert wait_for(lambda: a.is_leader)
+    offsets = []
+    for i in range(5):
+        log.append([_raw(3, i)])  # writer 3 was deposed before 5 was elected
+        offsets.append(a.submit(ops.KIND, ops.put(f"k{i}", i), WAIT_S).result(WAIT_S).offset)
+    assert offsets == [2, 4, 6, 8, 10]
+    assert a.records_read >= 5  # each gap (a reader may return the own record after it too)
+    log.append([_raw(3, 9)])  # after the leader's last record: nothing makes a gap
+    assert wait_for(lambda: a.applied_offset == len(log.records) - 1)  # its idle probe
+    for n in (a, b, c):
+        assert n.wait_applied(len(log.records) - 1, WAIT_S)
+        assert [n.sm.get(f"k{i}") for i in range(5)] == list(range(5))
+        assert n.sm.get("w3s0") is None and n.sm.get("w3s9") is None
+    assert a.sm.digest() == b.sm.digest() == c.sm.digest()
+    assert a.is_leader
+
+
 def test_a_stuck_reader_is_reopened_where_it_stands(lone_leader, short_stall):
-    """The log took the leader's append but its reader returns nothing (a Kafka client that lost
-    its broker may not fetch again for minutes): the node reopens the reader and applies."""
+    """The leader must read a gap (a stale writer's record before its own) but its reader
+    returns nothing (a Kafka client that lost its broker may not fetch again for minutes):
+    the node reopens the reader where it stands and applies."""
+    import time
+
     node = lone_leader
-    _make_stuck(node)
+    real_open, opened = node.log.open_reader, []
+
+    def open_stuck_first(start_offset, *, follower=False):
+        reader = real_open(start_offset, follower=follower)
+        if not opened:
+            reader.poll = lambda timeout_s, records_max: time.sleep(timeout_s) or []
+        opened.append(reader)
+        return reader
+
+    node.log.open_reader = open_stuck_first
+    node.log.append([_raw(0, 0)])  # a gap before the leader's next record
     applied = node.submit(ops.KIND, ops.put("k", 2), WAIT_S).result(WAIT_S)
-    assert applied.effects == [{"key": "k", "value": 2}]
-    assert node.reader_reopens == 1 and node.sm.get("k") == 2
+    assert applied.effects == [{"key": "k", "value": 2}] and applied.offset == 2
+    assert node.reader_reopens == 1 and node.sm.get("k") == 2 and len(opened) == 2
 
 
 def test_a_follower_whose_reader_is_stuck_reopens_it_when_the_log_is_ahead(cluster, short_stall):
@@ -356,19 +419,21 @@ def test_a_follower_whose_reader_is_stuck_reopens_it_when_the_log_is_ahead(clust
 
 
 def test_a_node_reads_as_a_follower_until_it_leads_and_again_once_deposed(cluster):
-    """A follower's reader may batch its fetches; the leader's must not (its answers wait for
-    its own apply): the reader is swapped where it stands when the role changes, and nothing
-    is lost or read twice across the swaps."""
+    """A follower's reader may batch its fetches; a leader fetches nothing while it applies
+    its own records: the follower's reader is closed when the node is elected and a new one
+    opened where it stands once deposed, and nothing is lost or applied twice across."""
     log, (a, b, _) = cluster
     assert a._reader.follower and b._reader.follower
     a.election.elect(1)
-    assert wait_for(lambda: a.is_leader and not a._reader.follower)
+    assert wait_for(lambda: a.is_leader and a._reader is None)
     assert b._reader.follower
     a.submit(ops.KIND, ops.put("x", 1), WAIT_S).result(WAIT_S)
     a.election.depose()
     b.election.elect(2)
-    assert wait_for(lambda: b.is_leader and not b._reader.follower and a._reader.follower)
+    assert wait_for(lambda: b.is_leader and b._reader is None and a._reader.follower)
     applied = b.submit(ops.KIND, ops.put("y", 2), WAIT_S).result(WAIT_S)
     assert a.wait_applied(applied.offset, WAIT_S)
     assert a.sm.get("x") == b.sm.get("x") == 1 and a.sm.get("y") == 2
     assert a.sm.digest() == b.sm.digest()
+    for n in (a, b):
+        assert n.applied_offsets == list(range(applied.offset + 1))  # each once, in order
