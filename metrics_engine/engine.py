@@ -248,7 +248,11 @@ class Engine:
         windows only move forward and every replica computes the same values."""
         if type(ts_ms) is not int:
             ts_ms = int(ts_ms)
-        return self._plan.ingest(stream, event, ts_ms)
+        # Plan.ingest inlined (one Python call less per event); the core clamps ts_ms.
+        sp = self._plan.streams.get(stream)
+        if sp is None:
+            return {}
+        return sp.core.ingest(event, ts_ms)
 
     def ingest_many(self, stream: str, ts_ms: Any, columns: Any, *,
                     arrow: bool = False) -> dict[str, Any]:

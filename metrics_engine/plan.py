@@ -639,12 +639,10 @@ class Plan:
 
     # -- running -----------------------------------------------------------------------
     def ingest(self, stream: str, event: Mapping[str, Any], ts: int) -> dict[str, Any]:
+        """One event's values; the core clamps ``ts`` to the stream's last time."""
         sp = self.streams.get(stream)
         if sp is None:
             return {}
-        last = sp.res.last_ts
-        if last is not None and ts < last:
-            ts = last
         return sp.core.ingest(event, ts)
 
     def ingest_many(self, stream: str, ts: Any, columns: Any,

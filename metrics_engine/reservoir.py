@@ -27,6 +27,7 @@ tuples come back as lists.
 from __future__ import annotations
 
 import bisect
+import operator
 import os
 import shutil
 import struct
@@ -39,7 +40,7 @@ from typing import Any
 
 import orjson
 import zstandard
-from railflow_metrics_native import NativeWriter
+from railflow_metrics_native import Counters, NativeWriter
 
 from metrics_engine.errors import InvariantViolation
 
@@ -47,7 +48,7 @@ CHUNK_BYTES_TARGET = 64 * 1024
 SEGMENT_BYTES_MAX = 64 * 1024 * 1024
 PENDING_CHUNKS_MAX = 256  # closed chunks waiting for the writer before ingest blocks
 DECODED_CHUNKS_MAX = 64  # decoded chunks kept for readers that share a chunk
-ZSTD_LEVEL = 1  # the fastest level: compression is CPU the ingest path pays for
+ZSTD_LEVEL = 1  # zstd's level for closed chunks (the writer thread's CPU per event)
 
 HEADER = struct.Struct("<4sQIII")
 MAGIC = b"RFC1"
@@ -127,7 +128,7 @@ class Writer:
 
     def __init__(self, *, fsync: bool = True):
         self.fsync = fsync
-        self.native = NativeWriter(fsync, PENDING_CHUNKS_MAX)
+        self.native = NativeWriter(fsync, PENDING_CHUNKS_MAX, ZSTD_LEVEL)
 
     def check(self) -> None:
         error = self.native.error()
@@ -139,6 +140,11 @@ class Writer:
         self.native.barrier(roll)
         self.check()
 
+    def stats(self) -> dict[str, int]:
+        """The thread's work so far: chunks, fsyncs, bytes in and out, wall nanoseconds in
+        compression, writes and fsyncs, wakeups, its CPU time (``cpu_ns``) and thread id."""
+        return self.native.stats()
+
     def pause(self, paused: bool) -> None:
         """Hold the thread before its next item (tests: a writer lagging behind ingest)."""
         self.native.pause(paused)
@@ -147,8 +153,27 @@ class Writer:
         self.native.stop()
 
 
+def _counter(name: str, doc: str) -> property:
+    """An attribute kept in the reservoir's ``Counters`` (native, shared with the core)."""
+
+    def put(self: StreamReservoir, value: Any) -> None:
+        setattr(self.counters, name, value)
+
+    return property(operator.attrgetter(f"counters.{name}"), put, doc=doc)
+
+
 class StreamReservoir:
-    """The chunks of one stream. Memory-only when ``directory`` is None (offline use)."""
+    """The chunks of one stream. Memory-only when ``directory`` is None (offline use).
+
+    The open chunk's counters live in a native ``Counters`` object that the stream's native
+    core moves at every event without a Python attribute call; here they read as attributes.
+    """
+
+    next_pos = _counter("next_pos", "The position the next event gets.")
+    open_first_pos = _counter("open_first_pos", "The open chunk's first position.")
+    chunk_base = _counter("chunk_base", "The number of the first retained closed chunk.")
+    open_bytes = _counter("open_bytes", "The open chunk's JSON size (bytes, with commas).")
+    last_ts = _counter("last_ts", "The last event's time (None before any event).")
 
     def __init__(self, directory: Path | None, writer: Writer | None,
                  prefetcher: ThreadPoolExecutor | None, *, first_pos: int = 0,
@@ -159,13 +184,12 @@ class StreamReservoir:
         self.prefetcher = prefetcher
         self.chunk_bytes_target = chunk_bytes_target
         self.segment_bytes_max = segment_bytes_max
+        self.counters = Counters(first_pos)
         self.chunks: list[ChunkMeta] = []  # closed chunks still retained; number = base + index
-        self.chunk_base = 0
         self.pending: dict[int, list] = {}  # closed chunks not yet durable (or memory mode)
         self._pending_json: dict[int, bytes] = {}  # a pending chunk's JSON, while rows are None
         self.decoded: OrderedDict[int, list] = OrderedDict()
         self.fetching: dict[int, Future] = {}
-        self.open_first_pos = first_pos
         self.open_events: list = []
         self.open_blobs: list[bytes] = []
         self.lazy_open = False  # the open chunk has None rows (set by the batched path)
@@ -173,10 +197,7 @@ class StreamReservoir:
         # The native core keeps the JSON of the open chunk's events it appended and gives it
         # to ``open_blobs`` when asked (``StreamCore.hand_off``; set by plan.py).
         self.hand_off: Callable[[], None] | None = None
-        self.open_bytes = 0
-        self.next_pos = first_pos
         self._durable_pos = first_pos
-        self.last_ts: int | None = None
         self._trim_floor_sent = -1  # the largest floor handed to the writer for deletion
         # The segments found on disk, handed to the writer when the stream first writes.
         self._seg_id = 0

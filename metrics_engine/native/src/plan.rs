@@ -20,6 +20,7 @@ use crate::aggregations::{lower as finalize, lower_scalar, lower_typed, Func, Ki
 use crate::keyed::{GroupTable, Hop, Input, KeySpace, View};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
+use crate::counters::Counters;
 use crate::outcols::OutCol;
 use crate::predicate::{truthy, Node, PVal};
 use crate::window::{Chunks, Cursor, Spec};
@@ -252,6 +253,8 @@ impl Core {
 #[pyclass(module = "railflow_metrics_native")]
 pub struct StreamCore {
     res: PyObject,
+    /// The reservoir's counters (`res.counters`), moved here at every event.
+    counters: Py<Counters>,
     chunks: Py<PyList>,
     input_error: PyObject,
     invariant: PyObject,
@@ -396,19 +399,30 @@ impl StreamCore {
         if self.batch.is_some() {
             return self.append_batched(py, res, ts);
         }
-        let pos: u64 = res.getattr(intern!(py, "next_pos"))?.extract()?;
-        let first: u64 = res.getattr(intern!(py, "open_first_pos"))?.extract()?;
-        let base: i64 = res.getattr(intern!(py, "chunk_base"))?.extract()?;
+        let (pos, first, base) = {
+            let c = self.counters.borrow(py);
+            (c.next_pos, c.open_first_pos, c.chunk_base)
+        };
         let k = base + self.chunks.bind(py).len() as i64;
         let idx = (pos - first) as usize;
         let item = PyTuple::new(py, [ts.into_pyobject(py)?.into_any(), event.clone()])?;
+        // The cyclic collector need not walk this tuple: it lives as long as its chunk (many
+        // young collections), refers to nothing but its time and the event (tracked on its own
+        // if it holds containers), and nothing refers to it but the chunk's list, so it can be
+        // in no cycle. Tracked, every young collection walked the chunks' tuples and moved
+        // them to the older generations, whose collections then walked them again.
+        // SAFETY: `item` is a live tuple we own a reference to; untracking a tracked GC
+        // object is what CPython itself does for tuples of atoms (and a no-op if untracked).
+        unsafe { pyo3::ffi::PyObject_GC_UnTrack(item.as_ptr().cast()) };
         res.getattr(intern!(py, "open_events"))?.downcast_into::<PyList>()?.append(item)?;
         self.push_json();
-        let open_bytes: i64 = res.getattr(intern!(py, "open_bytes"))?.extract::<i64>()?
-            + self.blob.len() as i64 + 1;
-        res.setattr(intern!(py, "open_bytes"), open_bytes)?;
-        res.setattr(intern!(py, "next_pos"), pos + 1)?;
-        res.setattr(intern!(py, "last_ts"), ts)?;
+        let open_bytes = {
+            let mut c = self.counters.borrow_mut(py);
+            c.open_bytes += self.blob.len() as i64 + 1;
+            c.next_pos = pos + 1;
+            c.last_ts = Some(ts);
+            c.open_bytes
+        };
         self.keep_lowered(k, idx, ts);
         self.chunk_map.open = Some((k, first));
         self.chunk_map.next_pos = pos + 1;
@@ -1015,9 +1029,10 @@ impl StreamCore {
     #[new]
     fn new(py: Python<'_>, res: PyObject, input_error: PyObject, invariant: PyObject) -> PyResult<Self> {
         let chunks = res.bind(py).getattr("chunks")?.downcast_into::<PyList>()?.unbind();
+        let counters = res.bind(py).getattr("counters")?.downcast_into::<Counters>()?.unbind();
         let chunk_bytes_target: i64 = res.bind(py).getattr("chunk_bytes_target")?.extract()?;
         Ok(StreamCore {
-            res, chunks, input_error, invariant, fields: vec![], preds: vec![], cursors: vec![],
+            res, counters, chunks, input_error, invariant, fields: vec![], preds: vec![], cursors: vec![],
             order: vec![], outputs: vec![],
             core: Core { windows: vec![], tables: vec![], groups: vec![], spaces: vec![],
                          space_fields: vec![],
@@ -1248,9 +1263,14 @@ impl StreamCore {
         Ok(())
     }
 
-    /// Feed one event at `ts` (already clamped); returns every metric of the stream for it.
+    /// Feed one event at `ts` (clamped here to the last event's time: time never goes back,
+    /// see `Engine.ingest`); returns every metric of the stream for it.
     fn ingest<'py>(&mut self, py: Python<'py>, event: &Bound<'py, PyAny>, ts: i64)
                    -> PyResult<Bound<'py, PyDict>> {
+        let ts = match self.counters.borrow(py).last_ts {
+            Some(last) if ts < last => last,
+            _ => ts,
+        };
         self.step(py, event, ts)?;
         let (template, distinct) = self.template(py)?;
         let out = template.copy()?;
