@@ -406,11 +406,12 @@ impl StreamCore {
         let k = base + self.chunks.bind(py).len() as i64;
         let idx = (pos - first) as usize;
         let item = PyTuple::new(py, [ts.into_pyobject(py)?.into_any(), event.clone()])?;
-        // The cyclic collector need not walk this tuple: it lives as long as its chunk (many
-        // young collections), refers to nothing but its time and the event (tracked on its own
-        // if it holds containers), and nothing refers to it but the chunk's list, so it can be
-        // in no cycle. Tracked, every young collection walked the chunks' tuples and moved
-        // them to the older generations, whose collections then walked them again.
+        // The cyclic collector need not walk this tuple: it lives as long as its chunk,
+        // refers to nothing but its time and the event (tracked on its own if it holds
+        // containers), and nothing refers to it but the chunk's list, so it can be in no
+        // cycle. (In W1's steady state the tuples come from CPython's free list and no
+        // collection runs either way; while chunks grow, as a long window fills, collections
+        // no longer walk every retained tuple again.)
         // SAFETY: `item` is a live tuple we own a reference to; untracking a tracked GC
         // object is what CPython itself does for tuples of atoms (and a no-op if untracked).
         unsafe { pyo3::ffi::PyObject_GC_UnTrack(item.as_ptr().cast()) };
