@@ -162,3 +162,18 @@ def test_chunks_of_any_zstd_level_read_back(tmp_path, monkeypatch, first, then):
     eng.close()
     assert got == want
     check_values(_defs(METRICS[:2]), stream, got)
+
+
+def test_values_are_the_same_with_and_without_asking_for_the_event_first(tmp_path):
+    """Prefetching an event's values (a hint, on by default) changes nothing read."""
+    stream = events(800, 6)
+    got = {}
+    for on in (True, False):
+        eng = Engine(tmp_path / str(on), fsync=False, **OPTS)
+        for m in METRICS:
+            eng.define(m)
+        eng._plan.streams["payments"].core.prefetch_events = on
+        got[on] = ([eng.ingest("payments", ev, t) for t, ev in stream], eng.digest())
+        eng.close()
+    assert got[True] == got[False]
+    check_values(_defs(W1), stream, got[True][0])

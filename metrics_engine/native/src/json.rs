@@ -5,6 +5,7 @@
 
 use std::io::Write;
 
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 
@@ -158,6 +159,33 @@ impl KeyCache {
         out.extend_from_slice(&json);
         *slot = Some((k.clone().unbind(), json));
         Ok(())
+    }
+}
+
+/// Ask the CPU for every top-level value of event `ev` (a dict) before the event is read: an
+/// event a caller made long before (a replay's, a benchmark's list) is cold, and lowering it
+/// and writing its JSON then wait for one cache miss after another, value after value; asked
+/// for together, the misses overlap. Only a hint: nothing is read here but the dict's table.
+pub fn prefetch_values(ev: &Bound<'_, PyAny>) {
+    let Ok(d) = ev.downcast::<PyDict>() else { return };
+    let mut pos: ffi::Py_ssize_t = 0;
+    let mut k: *mut ffi::PyObject = std::ptr::null_mut();
+    let mut v: *mut ffi::PyObject = std::ptr::null_mut();
+    // SAFETY: `d` is a live dict and the GIL is held; PyDict_Next hands out borrowed
+    // pointers, which are only prefetched (a prefetch never faults and changes nothing).
+    unsafe {
+        while ffi::PyDict_Next(d.as_ptr(), &mut pos, &mut k, &mut v) != 0 {
+            #[cfg(target_arch = "x86_64")]
+            {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                let p = v as *const i8;
+                _mm_prefetch::<{ _MM_HINT_T0 }>(p);
+                // A string's characters follow its header (48 bytes for compact ASCII).
+                _mm_prefetch::<{ _MM_HINT_T0 }>(p.wrapping_add(64));
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = v;
+        }
     }
 }
 

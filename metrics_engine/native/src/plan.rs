@@ -287,6 +287,10 @@ pub struct StreamCore {
     template: Option<(Py<PyDict>, bool)>,
     /// The JSON of the events' top-level keys, by key object (json.rs).
     json_keys: crate::json::KeyCache,
+    /// Whether `ingest` asks the CPU for an event's values before it reads them
+    /// (`json::prefetch_values`); settable for the benchmarks' A/B in one run.
+    #[pyo3(get, set)]
+    prefetch_events: bool,
 }
 
 /// The reservoir's open chunk while a batch goes in: kept here, written back to the Python
@@ -769,6 +773,9 @@ impl StreamCore {
 
     /// Everything of `ingest` but the outputs: refuse or lower, append, move the cursors.
     fn step(&mut self, py: Python<'_>, event: &Bound<'_, PyAny>, ts: i64) -> PyResult<()> {
+        if self.prefetch_events {
+            crate::json::prefetch_values(event);
+        }
         // A bad event is refused before anything changes.
         self.lower_into(py, event, true)?;
         match crate::json::event(&mut self.blob, ts, event, &mut self.json_keys) {
@@ -1044,7 +1051,7 @@ impl StreamCore {
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
             chunk_map: Chunks::default(), batch: None, scratch: Default::default(), npreds: None,
             trim_due: false, ojson: vec![b'['], template: None,
-            json_keys: Default::default(),
+            json_keys: Default::default(), prefetch_events: true,
         })
     }
 
