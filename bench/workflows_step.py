@@ -11,8 +11,10 @@ Measured, in the same run:
   order, build the trace), beside the same walk done with cel-python (whole context converted,
   edges in order), and ``advance`` from the root to the decision (two steps);
 - apply walk: an order as the runner's apply walks it: ``advance`` from the root stops at the
-  score node (no score yet), the score is put in the context and ``advance`` goes on from there
-  to the decision, each step's ``to_dict`` taken as the runner records it. The event node reads
+  score node (no score yet), the score is put in the context (one context for both rounds) and
+  ``advance`` goes on from there to the decision, each step recorded as the runner records it
+  (a ``runner.state.steps.Step`` and its JSON, which the digest hashes and DuckDB stores).
+  The event node reads
   one small-valued metric, so it answers from its memo (``workflows.memo``); the score node's
   values do not repeat, so it stops remembering after its trial lookups and computes. Beside
   it, the same walk on a copy of the version with no memo (every step computed).
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import celpy  # noqa: E402
 
+from runner.state.steps import Step  # noqa: E402
 from workflows import advance, compile_version, step  # noqa: E402
 from workflows.activation import StepContext, activation, read_plan  # noqa: E402
 from workflows.examples import W3_METRICS, w3_demo  # noqa: E402
@@ -166,18 +169,23 @@ def main() -> int:
     unremembered._memos.clear()  # every step computed
 
     def apply_walk(c: dict, version=version) -> Walk:
+        """As ``RunnerStateMachine._walk``: one context for both rounds (it holds the run's
+        scores and apps, changed in place), each step recorded as a fact with its JSON."""
         scores: dict = {}
         apps: dict = {}
-        walk = advance(version, StepContext(c["event"], scores, c["metrics"], apps))
+        ctx = StepContext(c["event"], scores, c["metrics"], apps)
+        path: list[Step] = []
+        walk = advance(version, ctx)
         for s in walk.steps:
-            s.to_dict()
+            path.append(Step(s, len(path), 0))
+            path[-1].to_json()
         if walk.decision is None:  # waiting at the score node, as the runner's built-in scorer
             scores.update(c["scores"])
             apps[walk.node_id] = dict(c["scores"])
-            walk = advance(version, StepContext(c["event"], scores, c["metrics"], apps),
-                           walk.node_id)
+            walk = advance(version, ctx, walk.node_id)
             for s in walk.steps:
-                s.to_dict()
+                path.append(Step(s, len(path), 0))
+                path[-1].to_json()
         return walk
 
     t = interleaved({"ours": (lambda c: step(version, "score", c), ctxs),
@@ -190,7 +198,8 @@ def main() -> int:
                            peer_step))
     results.append(summary("step(score): cel-python step", peer_step))
     results.append(summary("advance(root -> decision): 2 steps", walk))
-    results.append(summary("apply walk: advance to score, then to decision, to_dict", t["apply"],
+    results.append(summary("apply walk: advance to score, then to decision, steps recorded",
+                           t["apply"],
                            "the same, no memo", t["apply_no_memo"]))
     results.append(summary("apply walk: the same, no memo", t["apply_no_memo"]))
     results.append(summary("publish: compile_version(w3_demo)", publish_runs))

@@ -19,7 +19,7 @@ from runner.errors import NotFound, RequestInvalid
 from runner.service import Service
 from runner.state import flows, queries
 from runner.state.buffer import RUN_FIELDS
-from runner.state.machine import explain
+from runner.state.views import explain
 
 runs_listed_max = 500
 backtest_runs_max = 5_000

@@ -22,7 +22,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict
 from typing import Any
 
 import httpx
@@ -33,6 +32,7 @@ from replog.protocols import Applied
 from runner import signing
 from runner.state import entries
 from runner.state.effects import Reply, RunChanged
+from runner.state.views import presented
 
 PATH = "/internal/v1/submit"
 FORWARDABLE_KINDS = frozenset(entries.KINDS - {entries.TICK, entries.EFFECTS_DONE})
@@ -44,8 +44,16 @@ _ERRORS = {"NotLeader": NotLeader, "Fenced": Fenced, "AppendTimeout": AppendTime
 
 
 def encode_applied(applied: Applied) -> bytes:
-    effects = [{"type": type(e).__name__, **asdict(e)} for e in applied.effects
-               if type(e).__name__ in _WIRE_EFFECTS]
+    """The runs an effect carries travel presented (``views.presented``: the API's view, its
+    path as dicts), as the follower answers them."""
+    effects = []
+    for e in applied.effects:
+        if isinstance(e, Reply):
+            effects.append({"type": "Reply", "ok": e.ok,
+                            "runs": [presented(r) for r in e.runs], "error": e.error,
+                            "field": e.field, "result": e.result})
+        elif isinstance(e, RunChanged):
+            effects.append({"type": "RunChanged", "run": presented(e.run)})
     return orjson.dumps({"offset": applied.offset, "writer_id": applied.writer_id,
                          "effects": effects})
 

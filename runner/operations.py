@@ -20,7 +20,7 @@ from runner.runstore.base import RunRecord
 from runner.service import Service
 from runner.state import entries, queries
 from runner.state.buffer import RUN_FIELDS
-from runner.state.machine import explain, presented
+from runner.state.views import explain, presented
 
 
 def _now_ms() -> int:

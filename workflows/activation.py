@@ -9,9 +9,9 @@ read as doubles.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cel
 
@@ -25,12 +25,16 @@ FieldSpec = tuple[str, ...] | None  # the fields to convert, or WHOLE
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True, slots=True)
-class StepContext:
-    event: Mapping[str, Any] = field(default_factory=dict)
-    scores: Mapping[str, Any] = field(default_factory=dict)
-    metrics: Mapping[str, Any] = field(default_factory=dict)
-    apps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+class StepContext(NamedTuple):
+    """What a step reads: the order's ``event`` data, ``scores``, ``metrics`` and ``apps``
+    (node id -> that node's output). Immutable; read only by the walk. A named tuple, not a
+    frozen dataclass: apply builds one per walk, and a frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field) cost ~0.65 us; :func:`context` builds one in ~0.1."""
+
+    event: Mapping[str, Any] = _EMPTY
+    scores: Mapping[str, Any] = _EMPTY
+    metrics: Mapping[str, Any] = _EMPTY
+    apps: Mapping[str, Mapping[str, Any]] = _EMPTY
 
     @classmethod
     def of(cls, context: StepContext | Mapping[str, Any]) -> StepContext:
@@ -38,6 +42,16 @@ class StepContext:
             return context
         return cls(context.get("event") or _EMPTY, context.get("scores") or _EMPTY,
                    context.get("metrics") or _EMPTY, context.get("apps") or _EMPTY)
+
+
+_tuple_new = tuple.__new__
+
+
+def context(event: Mapping[str, Any], scores: Mapping[str, Any], metrics: Mapping[str, Any],
+            apps: Mapping[str, Mapping[str, Any]]) -> StepContext:
+    """``StepContext(event, scores, metrics, apps)`` without the named tuple's ``__new__``
+    (a Python function): the walk's hot path builds them here."""
+    return _tuple_new(StepContext, (event, scores, metrics, apps))
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,8 @@
 Plain immutable values: :mod:`workflows.compiled` builds, once per published version, the
 result of every error-free way out of each node (edge i taken, every edge before it false), and
 a step returns one of those shared objects; only a step whose criteria raised builds its own.
-Callers must not rely on identity; ``to_dict`` gives a fresh dict each time.
+Callers must not rely on identity; ``to_dict`` gives a fresh dict each time, ``to_json`` the
+same bytes each time (both made once per result and kept).
 """
 
 from __future__ import annotations
@@ -11,9 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from workflows.compiled import Decision
     from workflows.outside import OutsideWork
+
+
+_MISSING = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +44,8 @@ class StepResult:
     outside: OutsideWork | None  # set when the next node needs outside work
     # to_dict's first answer, kept to be copied: a precomputed result is recorded by many runs
     _plain: Any = field(default=None, compare=False, repr=False)
+    _json: Any = field(default=None, compare=False, repr=False)  # to_json's, kept likewise
+    _derived: Any = field(default=None, compare=False, repr=False)  # ``derived``'s, by key
 
     def to_dict(self) -> dict[str, Any]:
         """A fresh dict (every level copied: callers may edit it), keys in a fixed order."""
@@ -55,3 +65,25 @@ class StepResult:
         out["trace"] = [t.copy() for t in trace]
         out["decision"] = None if decision is None else decision.copy()
         return out
+
+    def derived(self, key: str, make: Callable[[StepResult], Any]) -> Any:
+        """``make(self)``, made the first time ``key`` is asked and kept: whatever is made
+        from a result alone stays true (it is immutable), and a precomputed result is
+        presented for many runs (the runner's sentence explaining a step)."""
+        kept = self._derived
+        if kept is None:
+            kept = {}
+            object.__setattr__(self, "_derived", kept)
+        value = kept.get(key, _MISSING)
+        if value is _MISSING:
+            value = kept[key] = make(self)
+        return value
+
+    def to_json(self) -> bytes:
+        """``to_dict()`` as JSON (orjson's bytes), made once: a recorded step's JSON is this
+        with the run's own fields appended, without building the dict again."""
+        data = self._json
+        if data is None:
+            data = orjson.dumps(self.to_dict())
+            object.__setattr__(self, "_json", data)
+        return data

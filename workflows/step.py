@@ -116,7 +116,7 @@ def step_default(version: CompiledWorkflow, node_id: str) -> StepResult:
 
 class Walk(NamedTuple):
     """Immutable; a named tuple because one is built per walk (a frozen dataclass's
-    ``__init__`` costs several times more)."""
+    ``__init__`` costs several times more; ``advance`` skips even the tuple's ``__new__``)."""
 
     steps: tuple[StepResult, ...]
     node_id: str  # where the walk stopped: a decision or a node waiting for outside work
@@ -128,6 +128,9 @@ class Walk(NamedTuple):
 
 
 WEBHOOK_SENT: Mapping[str, Any] = MappingProxyType({"status_code": 0})  # not awaited
+# A named tuple built without its Python ``__new__`` (every field given): a walk builds one
+# or two per round
+_new = tuple.__new__
 
 
 def timed_out(output: Mapping[str, Any] | None) -> bool:
@@ -158,21 +161,21 @@ def advance(version: CompiledWorkflow, context: StepContext | Mapping[str, Any],
         if node is None:
             node = version.node(node_id)  # raises UnknownNode
         if node.decision is not None:
-            return Walk(tuple(steps), node_id, node.decision, None, tuple(webhooks))
+            return _new(Walk, (tuple(steps), node_id, node.decision, None, tuple(webhooks)))
         out = node.outside
         if out is not None:
             output = ctx.apps.get(node_id)
             if out.kind == "webhook" and output is None:
                 webhooks.append(out)
-                ctx = StepContext(ctx.event, ctx.scores, ctx.metrics,
-                                  {**ctx.apps, node_id: WEBHOOK_SENT})
+                ctx = _new(StepContext, (ctx.event, ctx.scores, ctx.metrics,
+                                         {**ctx.apps, node_id: WEBHOOK_SENT}))
             elif output and output.get("timed_out") is True:  # timed_out(output), inline
                 result = step_default(version, node_id)
                 steps.append(result)
                 node_id = result.next_node_id
                 continue
             elif not out.is_done(ctx.scores, ctx.apps):
-                return Walk(tuple(steps), node_id, None, out, tuple(webhooks))
+                return _new(Walk, (tuple(steps), node_id, None, out, tuple(webhooks)))
         result = _step(version, node, ctx) if step_fn is None else step_fn(version, node_id, ctx)
         steps.append(result)
         node_id = result.next_node_id

@@ -44,7 +44,8 @@ RUN_FIELDS = ("run_id", "event_id", "event_type", "workflow_id", "version", "sta
               "metrics", "scores", "apps", "waiting_for")
 STEP_FIELDS = ("run_id", "seq", "node_id", "node_kind", "edge_id", "next_node_id", "trace", "ts")
 # Columns apply stages as the run's own dicts (never changed once staged: a later version of a
-# run is a new row of new dicts) and the flusher writes as JSON text, off the apply thread.
+# run is a new row of new dicts) and the flusher writes as JSON text, off the apply thread; a
+# step's trace is staged as its JSON already (bytes: ``runner.state.steps``).
 RUN_JSON_COLUMNS = tuple(RUN_FIELDS.index(f) for f in ("event", "metrics", "scores", "apps"))
 STEP_JSON_COLUMNS = (STEP_FIELDS.index("trace"),)
 SEEN_FIELDS = ("event_id", "event_type", "offset_", "ts")
@@ -57,7 +58,7 @@ OUTBOX_FIELDS = ("effect_id", "kind", "run_id", "payload", "done")
 @dataclass(eq=False)  # compared by identity: generations are queued and removed as objects
 class _Generation:
     runs: dict[str, tuple] = field(default_factory=dict)
-    views: dict[str, dict] = field(default_factory=dict)
+    views: dict[str, dict] = field(default_factory=dict)  # run id -> the run, as apply left it
     event_runs: dict[str, list[str]] = field(default_factory=dict)
     steps: list[tuple] = field(default_factory=list)
     seen: dict[str, tuple] = field(default_factory=dict)  # event id -> events_seen row
@@ -92,7 +93,7 @@ class _Generation:
                 + len(self.outbox) + len(self.stored) + len(self.outbox_done))
 
     def put_run(self, row: tuple, view: dict) -> None:
-        """Stage-only (no lock): the latest row and view of a run."""
+        """Stage-only (no lock): the latest row of a run, and the run (what readers get)."""
         self.runs[row[0]] = row
         self.views[row[0]] = view
 
@@ -343,12 +344,13 @@ def _evict(cur: duckdb.DuckDBPyConnection, runs: list[tuple[str, int, int]]) -> 
 
 
 def _json_column(values: tuple) -> pa.Array:
-    """Staged dicts as JSON text (text already staged as it is), in one comprehension: a
-    Python call per value around orjson's was a third of the flusher's Python time. (Arrow
-    takes orjson's bytes as strings too, but checks each one on a slow path: 8x slower.)"""
+    """Staged dicts as JSON text (text already staged as it is, JSON staged as bytes decoded),
+    in one comprehension: a Python call per value around orjson's was a third
+    of the flusher's Python time. (Arrow takes orjson's bytes as strings too, but checks each
+    one on a slow path: 8x slower.)"""
     dumps = orjson.dumps
-    return pa.array([v if v.__class__ is str else dumps(v).decode() for v in values],
-                    type=pa.string())
+    return pa.array([v if v.__class__ is str else v.decode() if v.__class__ is bytes
+                     else dumps(v).decode() for v in values], type=pa.string())
 
 
 def _register(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], rows: list[tuple],

@@ -1,12 +1,14 @@
 """The state digest: an order-independent sum of one hash per row, kept by apply as rows change.
 
-Each row of every table hashes to 64 bits (``row_hash``; the JSON documents of runs and steps
-as apply stages them, objects, which a scan parses back from DuckDB's text). The state's sum
-is those hashes added modulo 2**64: it depends neither on the order rows were written in nor
-on when DuckDB got them, so a replica that flushed after every entry, one that never did and
-one restored from a snapshot sum the same rows alike. A run's ``stored_offset`` is hashed
-apart from the rest of its row (a confirmation changes it for decided runs, which apply holds
-only as retention candidates), and the sum of a run's other rows (the run, its steps,
+Each row of every table hashes to 64 bits (``row_hash``; the JSON documents of runs as apply
+stages them, objects, which a scan parses back from DuckDB's text; a step's trace as apply
+stages it, the JSON bytes of its object, hashed through an ``orjson.Fragment``, which orjson
+writes as it is: the same bytes as the object, so the scan's parsed object hashes alike). The
+state's sum is those hashes added modulo 2**64: it depends neither on the order rows were
+written in nor on when DuckDB got them, so a replica that flushed after every entry, one that
+never did and one restored from a snapshot sum the same rows alike. A run's ``stored_offset`` is
+hashed apart from the rest of its row (a confirmation changes it for decided runs, which apply
+holds only as retention candidates), and the sum of a run's other rows (the run, its steps,
 decision and tasks) is kept per held run, so that its eviction subtracts it without reading
 DuckDB. ``value`` combines the sum with the metrics engine's digest.
 
@@ -39,6 +41,8 @@ _crc32 = zlib.crc32
 _adler32 = zlib.adler32
 _dumps = orjson.dumps
 _loads = orjson.loads
+_Fragment = orjson.Fragment
+STEP_TRACE = STEP_JSON[0]  # the trace's place in a steps row
 
 
 def row_hash(table: str, row: tuple) -> int:
@@ -49,6 +53,14 @@ def row_hash(table: str, row: tuple) -> int:
     build (a third of blake2b's cost, which was 1 us of the apply thread per row)."""
     data = _dumps((table, row))
     return (_crc32(data) << 32) | _adler32(data)
+
+
+def step_hash(row: tuple) -> int:
+    """A steps row as apply stages it, its trace as JSON bytes (``runner.state.steps``):
+    hashed as the row holding the object they encode (orjson writes a ``Fragment`` as it is,
+    and the bytes are what orjson makes of that object), so a scan's parsed row hashes alike."""
+    return row_hash("steps", (*row[:STEP_TRACE], _Fragment(row[STEP_TRACE]),
+                              *row[STEP_TRACE + 1:]))
 
 
 def run_hash(row: tuple) -> int:

@@ -11,7 +11,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Reply:
-    """Answer the request waiting for this entry (the API reads it from ``Applied.effects``)."""
+    """Answer the request waiting for this entry (the API reads it from ``Applied.effects``).
+    ``runs`` are the runs as apply left them (``runner.state.views.presented`` presents one)."""
 
     ok: bool
     runs: list[dict[str, Any]] = field(default_factory=list)
@@ -22,7 +23,8 @@ class Reply:
 
 @dataclass(frozen=True)
 class RunChanged:
-    """A run moved (resumed, decided, timed out): wake anyone waiting on it."""
+    """A run moved (resumed, decided, timed out): wake anyone waiting on it. ``run`` as apply
+    left it (never changed afterwards)."""
 
     run: dict[str, Any]
 
@@ -36,7 +38,7 @@ class StoreRun:
 
     @property
     def record(self) -> dict[str, Any]:
-        from runner.state.machine import record_of
+        from runner.state.views import record_of
 
         return record_of(self.run)
 

@@ -12,6 +12,7 @@ from typing import Any
 import workflows
 from runner.scoring import BUILTIN_DEMO, demo_score
 from workflows import CompiledWorkflow, OutsideWork, StepContext, Walk, WorkflowInvalid
+from workflows.activation import context as _context
 
 
 class Invalid(ValueError):
@@ -85,9 +86,10 @@ def event_data(run: dict) -> dict[str, Any]:
 
 def context(run: dict, data: dict[str, Any] | None = None) -> StepContext:
     """The step context of a run; ``data`` is ``event_data(run)`` when the caller has it. It
-    holds the run's own score and app dicts (read only by the walk)."""
-    return StepContext(event_data(run) if data is None else data, run["scores"],
-                       run["metrics"], run["apps"])
+    holds the run's own score and app dicts (read only by the walk), so it sees what the
+    caller adds to them in place."""
+    return _context(event_data(run) if data is None else data, run["scores"], run["metrics"],
+                    run["apps"])
 
 
 WEBHOOK_SENT = workflows.WEBHOOK_SENT  # what a webhook node's output reads: not awaited

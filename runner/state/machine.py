@@ -25,7 +25,7 @@ from runner import ids
 from runner.errors import InvariantViolation
 from runner.state import digest, entries, flows, inputs, rejections, retention, schema, snapshot
 from runner.state.buffer import RowBuffer, Stage
-from runner.state.digest import MASK, row_hash, run_hash, stored_hash
+from runner.state.digest import MASK, row_hash, run_hash, step_hash, stored_hash
 from runner.state.effects import (
     CallApp,
     EnqueueReview,
@@ -36,9 +36,11 @@ from runner.state.effects import (
 )
 from runner.state.etags import draft_etag
 from runner.state.rejections import LOCAL_FAILURES, Rejected
+from runner.state.steps import Step, node_of
+from runner.state.views import RUN_COLUMNS, run_dict, run_of_row, steps_of
 from workflows.errors import is_engine_error
 
-__all__ = ["Rejected", "RunnerStateMachine"]
+__all__ = ["RUN_COLUMNS", "Rejected", "RunnerStateMachine"]
 
 steps_per_run_max = 64
 expired_per_tick_max = 5_000
@@ -58,9 +60,6 @@ STREAM_OF_TYPE = {"order": "payments"}  # event type -> metric stream (default: 
 TASK_COLUMNS = ("run_id, node_id, kind, queue, status, deadline_ts, created_ts, claimed_by, "
                 "outcome")  # the order of buffer.TASK_FIELDS
 STATUS, CLAIMED_BY, OUTCOME = 4, 7, 8  # in an app_tasks row
-RUN_COLUMNS = ("run_id, event_id, event_type, workflow_id, version, state, node_id, decision, "
-               "started_ts, updated_ts, offset_, stored_offset, event, metrics, scores, apps, "
-               "waiting_for")
 
 
 def stream_of(event_type: str) -> str:
@@ -221,7 +220,7 @@ class RunnerStateMachine:
             changed[key[0]] = get(key[0], 0) + row_hash("app_tasks", row) - (
                 0 if old is None else row_hash("app_tasks", old))
         for step in stage.steps:
-            changed[step[0]] = get(step[0], 0) + row_hash("steps", step)
+            changed[step[0]] = get(step[0], 0) + step_hash(step)
         for run_id, row in stage.decisions.items():
             changed[run_id] = get(run_id, 0) + row_hash("decisions", row)
         live_h = self._live_h
@@ -299,7 +298,8 @@ class RunnerStateMachine:
         self._buffer.flush()
 
     def peek_run(self, run_id: str) -> dict | None:
-        """The view of a run applied but not yet flushed (any thread)."""
+        """A run applied but not yet flushed, as apply left it (any thread; read only:
+        ``views.presented`` makes what the API answers)."""
         return self._buffer.view(run_id)
 
     def peek_pending(self) -> tuple[dict[str, tuple], list[tuple]]:
@@ -317,6 +317,7 @@ class RunnerStateMachine:
                 "claim_expires_ts": claim.get("claim_expires_ts")}
 
     def peek_event(self, event_id: str) -> list[dict] | None:
+        """The runs of an event while its generation is pending (as ``peek_run``)."""
         return self._buffer.views_of_event(event_id)
 
     def snapshot(self) -> snapshot.SnapshotWriter:
@@ -386,7 +387,7 @@ class RunnerStateMachine:
         if seen is not None and event_id not in self._stage.seen_expired:
             runs = self.peek_event(event_id)
             if runs is None:
-                runs = [run_view(r, self.con) for r in self.con.execute(
+                runs = [run_of_row(r, self.con) for r in self.con.execute(
                     f"SELECT {RUN_COLUMNS} FROM runs WHERE event_id = ? ORDER BY run_id",
                     [event_id]).fetchall()]
             # only the runs of the sighting dedup holds: runs of an earlier one (the id sent
@@ -400,7 +401,7 @@ class RunnerStateMachine:
         self._stage.seen[event_id] = (event_id, etype, entry.offset, entry.ts)
         event = {"event_id": event_id, "type": etype, "ts": p.get("ts"), "data": data}
         effects: list[Any] = []
-        views = []
+        runs = []
         workflows = self._of_type.get(etype)
         if workflows is None:
             workflows = self._of_type[etype] = [
@@ -416,11 +417,10 @@ class RunnerStateMachine:
                 "waiting_for": None,
             }
             effects += self._walk(run, compiled, entry)
-            view = run_view_of(run)
-            self._save_run(run, view)
+            self._save_run(run)  # from here on the run is never changed: readers get it
             effects.append(StoreRun(run))
-            views.append(view)
-        return [Reply(ok=True, runs=views, result={"duplicate": False, "offset": entry.offset}),
+            runs.append(run)
+        return [Reply(ok=True, runs=runs, result={"duplicate": False, "offset": entry.offset}),
                 *effects]
 
     def _expire_seen(self, ts: int) -> None:
@@ -443,11 +443,13 @@ class RunnerStateMachine:
         """Walk from ``run['node_id']`` with the one walk of ``workflows`` (the backtest's too)
         until a decision or outside work; a built-in score is answered here and walked on."""
         effects: list[Any] = []
-        data = flows.event_data(run)  # the same for every round
+        # One context for every round: it holds the run's own scores and apps dicts, which a
+        # round changes in place only (a score answered here, a webhook sent)
+        ctx = flows.context(run)
         for _ in range(steps_per_run_max):  # each round passes at least one node
-            walk = flows.advance(compiled, flows.context(run, data), run["node_id"])
+            walk = flows.advance(compiled, ctx, run["node_id"])
             if walk.webhooks:
-                before = [s["node_id"] for s in run["path"]]
+                before = [node_of(s) for s in run["path"]]
             for result in walk.steps:
                 self._record_step(run, result, entry.ts)
             for work in walk.webhooks:  # fired on the way, never awaited
@@ -476,12 +478,14 @@ class RunnerStateMachine:
         raise InvariantViolation(f"run {run['run_id']} exceeded {steps_per_run_max} walks")
 
     def _record_step(self, run: dict, result: Any, ts: int) -> None:
-        seq = len(run["path"])
-        step = result.to_dict()
-        step["seq"], step["ts"] = seq, ts
-        run["path"].append(step)
+        """The step as a fact (``runner.state.steps``): no dict is built here. Its row holds
+        the step's JSON bytes (the digest hashes them now, the flusher stores their text)."""
+        path = run["path"]
+        seq = len(path)
+        step = Step(result, seq, ts)
+        path.append(step)
         self._stage.steps.append((run["run_id"], seq, result.node_id, result.node_kind,
-                                   result.edge_id, result.next_node_id, step, ts))
+                                   result.edge_id, result.next_node_id, step.to_json(), ts))
 
     def _open_task(self, run: dict, node: str, info: Any, entry: Any) -> Any:
         deadline = entry.ts + info.timeout_ms
@@ -550,14 +554,12 @@ class RunnerStateMachine:
     def _complete_task(self, entry: Any, task: tuple, result: dict) -> list[Any]:
         run_id, node, status = task[0], task[1], task[STATUS]
         if status != "pending":  # a late answer after a timeout or a second answer: ignored
-            held = self._stage.live.get(run_id) or self._live.get(run_id)
-            if held is not None:
-                view = run_view_of(held)
-            else:  # decided: its newest version is pending or in DuckDB (``_task`` found the
-                view = self._buffer.view(run_id)  # task, so the run is still held)
-                if view is None:
-                    view = run_view_of(self._load_run(run_id))
-            return [Reply(ok=True, runs=[view], result={"ignored": status})]
+            run = self._stage.live.get(run_id) or self._live.get(run_id)
+            if run is None:  # decided: its newest version is pending or in DuckDB (``_task``
+                run = self._buffer.view(run_id)  # found the task, so the run is still held)
+                if run is None:
+                    run = self._load_run(run_id)
+            return [Reply(ok=True, runs=[run], result={"ignored": status})]
         self._stage.timers.append((run_id, node, None))
         self._stage.tasks[(run_id, node)] = (*task[:STATUS], "done", *task[STATUS + 1:OUTCOME],
                                              orjson.dumps(result).decode())
@@ -600,9 +602,8 @@ class RunnerStateMachine:
         run["state"], run["updated_ts"], run["offset"] = "running", entry.ts, entry.offset
         run["waiting_for"] = None
         effects = self._walk(run, compiled, entry)
-        view = run_view_of(run)
-        self._save_run(run, view)
-        out: list[Any] = [RunChanged(view)]
+        self._save_run(run)
+        out: list[Any] = [RunChanged(run)]
         if run["state"] == "decided":
             out.append(StoreRun(run))
         return out + effects
@@ -801,14 +802,15 @@ class RunnerStateMachine:
             self._active[wf_id] = (version, etype, flows.compile(orjson.loads(definition),
                                                                  version, None))
 
-    def _save_run(self, run: dict, view: dict) -> None:
+    def _save_run(self, run: dict) -> None:
+        """Stage the run's row; the run itself is what readers of pending runs get."""
         self._stage.live[run["run_id"]] = run  # held while it waits (``_commit_stage``)
         self._stage.put_run(
             (run["run_id"], run["event_id"], run["event_type"], run["workflow_id"],
              run["version"], run["state"], run["node_id"], run["decision"], run["started_ts"],
              run["updated_ts"], run["offset"], run["stored_offset"],
              run["event"], run["metrics"], run["scores"], run["apps"],  # JSON when flushed
-             run["waiting_for"]), view)
+             run["waiting_for"]), run)
 
     def _load_run(self, run_id: str) -> dict:
         row = self.con.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?",
@@ -818,75 +820,3 @@ class RunnerStateMachine:
         run = run_dict(row)
         run["path"] = steps_of(self.con, run_id)
         return run
-
-
-# --------------------------------------------------------------------- row <-> dict helpers
-def run_dict(row: tuple) -> dict:
-    keys = [c.strip() for c in RUN_COLUMNS.split(",")]
-    run = dict(zip(keys, row, strict=True))
-    run["offset"] = run.pop("offset_")
-    for k in ("event", "metrics", "scores", "apps"):
-        run[k] = orjson.loads(run[k]) if isinstance(run[k], str) else run[k]
-    return run
-
-
-def steps_of(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
-    rows = con.execute("SELECT trace FROM steps WHERE run_id = ? ORDER BY seq",
-                       [run_id]).fetchall()
-    return [orjson.loads(t) for (t,) in rows]
-
-
-def explain(path: list[dict]) -> list[str]:
-    """One sentence per step: which edge was taken and why."""
-    lines = []
-    for step in path:
-        taken = step["trace"][-1] if step.get("trace") else {}
-        if step.get("default_taken"):
-            failed = [t["criteria"] for t in step.get("trace", [])[:-1]]
-            why = "default edge" + (f" (not true: {'; '.join(failed)})" if failed else "")
-        else:
-            why = f"{taken.get('criteria')} is true"
-        line = f"{step['node_id']} -> {step['next_node_id']} by {step['edge_id']}: {why}"
-        if step.get("decision"):
-            d = step["decision"]
-            line += f"; decision {d['action']}" + (f" ({d['reason']})" if d.get("reason") else "")
-        lines.append(line)
-    return lines
-
-
-def run_view_of(run: dict) -> dict:
-    """The shape of a run readers get (the API's ``RunPublic`` but its ``explanation``, which
-    ``presented`` adds when a reader asks: apply builds no presentation)."""
-    return {
-        "run_id": run["run_id"], "event_id": run["event_id"], "workflow_id": run["workflow_id"],
-        "workflow_version": run["version"], "state": run["state"], "decision": run["decision"],
-        "node_id": run["node_id"], "waiting_for": run["waiting_for"], "path": run["path"],
-        "metrics": run["metrics"],
-        "scores": run["scores"], "apps": run["apps"], "offset": run["offset"],
-        "started_ts": run["started_ts"], "updated_ts": run["updated_ts"],
-    }
-
-
-def presented(view: dict) -> dict:
-    """The view as the API answers it: with one sentence per step saying why."""
-    if "explanation" in view:
-        return view
-    return {**view, "explanation": explain(view["path"])}
-
-
-def run_view(row: tuple, con: duckdb.DuckDBPyConnection | None = None) -> dict:
-    run = run_dict(row)
-    run["path"] = steps_of(con, run["run_id"]) if con is not None else []
-    return run_view_of(run)
-
-
-def record_of(run: dict) -> dict:
-    """The run as a ``RunRecord`` dict for the run store."""
-    return {
-        "run_id": run["run_id"], "event_id": run["event_id"], "event_type": run["event_type"],
-        "workflow_id": run["workflow_id"], "workflow_version": run["version"],
-        "state": run["state"], "event": run["event"], "path": run["path"],
-        "decision": run["decision"], "metrics": run["metrics"], "scores": run["scores"],
-        "apps": run["apps"], "started_ts": run["started_ts"],
-        "updated_ts": run["updated_ts"], "offset": run["offset"],
-    }

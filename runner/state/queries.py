@@ -7,14 +7,14 @@ from typing import Any
 import duckdb
 import orjson
 
-from runner.state.machine import RUN_COLUMNS, run_view
+from runner.state.views import RUN_COLUMNS, run_of_row
 
 review_tasks_max = 500
 
 
 def run(cur: duckdb.DuckDBPyConnection, run_id: str) -> dict | None:
     row = cur.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    return None if row is None else run_view(row, cur)
+    return None if row is None else run_of_row(row, cur)
 
 
 def runs_for_event(cur: duckdb.DuckDBPyConnection, event_id: str) -> list[dict] | None:
@@ -22,7 +22,7 @@ def runs_for_event(cur: duckdb.DuckDBPyConnection, event_id: str) -> list[dict] 
         return None
     rows = cur.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE event_id = ? ORDER BY run_id",
                        [event_id]).fetchall()
-    return [run_view(r, cur) for r in rows]
+    return [run_of_row(r, cur) for r in rows]
 
 
 def review_tasks(cur: duckdb.DuckDBPyConnection, queue: str | None, status: str,
