@@ -174,6 +174,7 @@ class StreamReservoir:
     chunk_base = _counter("chunk_base", "The number of the first retained closed chunk.")
     open_bytes = _counter("open_bytes", "The open chunk's JSON size (bytes, with commas).")
     last_ts = _counter("last_ts", "The last event's time (None before any event).")
+    lazy_open = _counter("lazy", "The open chunk has None rows (decoded from its JSON when read).")
 
     def __init__(self, directory: Path | None, writer: Writer | None,
                  prefetcher: ThreadPoolExecutor | None, *, first_pos: int = 0,
@@ -192,7 +193,6 @@ class StreamReservoir:
         self.fetching: dict[int, Future] = {}
         self.open_events: list = []
         self.open_blobs: list[bytes] = []
-        self.lazy_open = False  # the open chunk has None rows (set by the batched path)
         self._closed_blobs: list[bytes] | None = None
         # The native core keeps the JSON of the open chunk's events it appended and gives it
         # to ``open_blobs`` when asked (``StreamCore.hand_off``; set by plan.py).
@@ -316,6 +316,8 @@ class StreamReservoir:
         """The events of chunk number ``k`` as a list of (ts, event)."""
         if k == self.open_no:
             if self.lazy_open:
+                if self.counters.json_held and self.hand_off is not None:
+                    self.hand_off()  # the JSON of the rows the native core appended
                 _fill(self.open_events, b"[" + b",".join(self.open_blobs) + b"]")
                 self.lazy_open = False
             return self.open_events

@@ -4,8 +4,6 @@ cyclic collector's walks, and the writer's grouped fsyncs and zstd levels."""
 
 from __future__ import annotations
 
-import gc
-
 import pytest
 
 from metrics_engine import reservoir
@@ -83,10 +81,11 @@ def test_counters_read_and_written_from_python_reach_the_core(tmp_path):
     eng.close()
 
 
-def test_open_chunk_tuples_are_not_walked_by_the_cyclic_collector(tmp_path):
-    """The (ts, event) tuples a chunk holds until it is trimmed are untracked (they can be in
-    no reference cycle), so young collections do not walk them again and again; the events
-    they hold, containers included, stay whole."""
+def test_the_open_chunk_keeps_no_python_object_per_event(tmp_path):
+    """One event per call leaves its row None in the chunk (its JSON is the record), so no
+    Python object per event lives on and leaving chunks free none; a reader of the open chunk
+    or of a closed one not yet on disk gets every event back decoded, containers included,
+    and the core goes on appending after such a read."""
     eng = Engine(tmp_path / "e", fsync=False, **OPTS)
     eng.define(W1[0])
     res = eng._plan.streams["payments"].res
@@ -94,14 +93,22 @@ def test_open_chunk_tuples_are_not_walked_by_the_cyclic_collector(tmp_path):
     eng._writer.pause(True)  # closed chunks stay in memory (pending) too
     for i in range(200):
         eng.ingest("payments", dict(base, amount=i), 1_000 * i)
-    held = list(res.open_events) + [x for evs in res.pending.values() for x in evs]
-    assert len(held) > 20
-    assert all(type(x) is tuple for x in held)
-    assert not any(gc.is_tracked(x) for x in held)
-    gc.collect()
-    assert res.chunk(res.open_no)[-1] == (199_000, dict(base, amount=199))
-    assert eng.query("s5", "c1", 199_000) == sum(range(200))
+    assert res.open_events and all(x is None for x in res.open_events)
+    pending = sorted(res.pending)
+    assert len(pending) >= 5 and all(x is None for k in pending for x in res.pending[k])
+    assert res.lazy_open and res.counters.json_held
+    want = [(1_000 * i, dict(base, amount=i)) for i in range(200)]
+    got = [x for k in pending for x in res.chunk(k)] + list(res.chunk(res.open_no))
+    assert got == want[len(want) - len(got):]
+    assert not res.counters.json_held  # handed to the reservoir for the read
+    for i in range(200, 230):  # appended after the read: None again, then read again
+        eng.ingest("payments", dict(base, amount=i), 1_000 * i)
+    assert res.chunk(res.open_no)[-1] == (229_000, dict(base, amount=229))
+    assert eng.query("s5", "c1", 229_000) == sum(range(230))
     eng._writer.pause(False)
+    eng.close()
+    eng = Engine(tmp_path / "e", fsync=False, **OPTS)  # the open chunk went to open.json
+    assert eng.ingest("payments", dict(base, amount=1), 230_000)["s5"] == sum(range(230)) + 1
     eng.close()
 
 

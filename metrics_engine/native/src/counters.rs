@@ -25,6 +25,14 @@ pub struct Counters {
     /// The last event's time (None before any event).
     #[pyo3(get, set)]
     pub last_ts: Option<i64>,
+    /// The open chunk has rows left as None, to be decoded from its JSON when read
+    /// (`StreamReservoir.lazy_open`).
+    #[pyo3(get, set)]
+    pub lazy: bool,
+    /// The core holds JSON of such rows that the reservoir's `open_blobs` lacks yet: a reader
+    /// of the open chunk asks for it first (`StreamReservoir.hand_off`).
+    #[pyo3(get, set)]
+    pub json_held: bool,
 }
 
 #[pymethods]

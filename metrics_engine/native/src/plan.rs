@@ -397,7 +397,7 @@ impl StreamCore {
     /// already in `self.blob`); the chunk closes when it reaches its target size. The lowered
     /// row (`self.cur`) joins the lowered cache, so heads passing it later do not lower the
     /// event again. Returns its position and its place in the lowered cache (chunk, index).
-    fn append(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>, ts: i64, event: &Bound<'_, PyAny>)
+    fn append(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>, ts: i64)
               -> PyResult<(u64, i64, usize)> {
         use pyo3::intern;
         if self.batch.is_some() {
@@ -409,23 +409,19 @@ impl StreamCore {
         };
         let k = base + self.chunks.bind(py).len() as i64;
         let idx = (pos - first) as usize;
-        let item = PyTuple::new(py, [ts.into_pyobject(py)?.into_any(), event.clone()])?;
-        // The cyclic collector need not walk this tuple: it lives as long as its chunk,
-        // refers to nothing but its time and the event (tracked on its own if it holds
-        // containers), and nothing refers to it but the chunk's list, so it can be in no
-        // cycle. (In W1's steady state the tuples come from CPython's free list and no
-        // collection runs either way; while chunks grow, as a long window fills, collections
-        // no longer walk every retained tuple again.)
-        // SAFETY: `item` is a live tuple we own a reference to; untracking a tracked GC
-        // object is what CPython itself does for tuples of atoms (and a no-op if untracked).
-        unsafe { pyo3::ffi::PyObject_GC_UnTrack(item.as_ptr().cast()) };
-        res.getattr(intern!(py, "open_events"))?.downcast_into::<PyList>()?.append(item)?;
+        // The row stays None until a reader asks for the chunk (reservoir.py decodes it then
+        // from the JSON, as for a batch's rows): no Python object per event is kept, and the
+        // chunks leaving memory free no tuples (~220 a chunk, each holding a cold event, all
+        // freed within one event, several chunks at once when the writer reports a group).
+        res.getattr(intern!(py, "open_events"))?.downcast_into::<PyList>()?.append(py.None())?;
         self.push_json();
         let open_bytes = {
             let mut c = self.counters.borrow_mut(py);
             c.open_bytes += self.blob.len() as i64 + 1;
             c.next_pos = pos + 1;
             c.last_ts = Some(ts);
+            c.lazy = true;
+            c.json_held = true;
             c.open_bytes
         };
         self.keep_lowered(k, idx, ts);
@@ -486,6 +482,7 @@ impl StreamCore {
                 .append(PyBytes::new(py, &self.ojson[1..]))?;
             self.ojson.truncate(1);
         }
+        self.counters.borrow_mut(py).json_held = false;
         Ok(())
     }
 
@@ -500,6 +497,7 @@ impl StreamCore {
             return res.call_method0(intern!(py, "close_open")).map(|_| ());
         }
         let mut payload = std::mem::replace(&mut self.ojson, vec![b'[']);
+        self.counters.borrow_mut(py).json_held = false; // the JSON goes with the chunk
         payload.push(b']');
         self.ojson.reserve(payload.len());
         let lazy = res.getattr(intern!(py, "lazy_open"))?.is_truthy()?;
@@ -659,7 +657,6 @@ impl StreamCore {
             }
         }
         self.begin_batch(py)?;
-        let none = py.None().into_bound(py);
         let mut start = 0;
         let mut run = || -> PyResult<()> {
             for i in 0..n {
@@ -670,7 +667,7 @@ impl StreamCore {
                 self.blob.clear();
                 self.blob.extend_from_slice(&blobs[start..ends[i]]);
                 start = ends[i];
-                self.take(py, &none, t)?;
+                self.take(py, t)?;
                 let mut c = 0;
                 for o in &self.outputs {
                     let entry = self.core.read(o.table, &mut self.cur, t);
@@ -780,7 +777,7 @@ impl StreamCore {
         self.lower_into(py, event, true)?;
         match crate::json::event(&mut self.blob, ts, event, &mut self.json_keys) {
             Err((field, why)) => Err(self.input_error(py, &field, &why.0)),
-            Ok(false) => self.take(py, event, ts),
+            Ok(false) => self.take(py, ts),
             Ok(true) => {
                 // It held NaN or an infinity, which the reservoir keeps as null: windows take
                 // the event as it will be read back (fields lower those floats to null
@@ -788,14 +785,14 @@ impl StreamCore {
                 // leaves as it came in.
                 let ev = self.read_back(py)?;
                 self.preds_into(py, &ev, true)?;
-                self.take(py, &ev, ts)
+                self.take(py, ts)
             }
         }
     }
 
     /// Append the lowered, checked event (`self.cur`, its JSON in `self.blob`) and move the
     /// cursors.
-    fn take(&mut self, py: Python<'_>, event: &Bound<'_, PyAny>, ts: i64) -> PyResult<()> {
+    fn take(&mut self, py: Python<'_>, ts: i64) -> PyResult<()> {
         let res = self.res.bind(py).clone();
         if self.trim_due {
             // The chunk closed at the last event: trimming now spreads a chunk's bookkeeping
@@ -811,7 +808,7 @@ impl StreamCore {
         // First (the append's Python calls give the misses time to resolve): the heads'
         // next rows are older than this event, so no bound on their end is needed yet.
         self.prefetch_evictions(ts, u64::MAX);
-        let (pos, k, idx) = self.append(py, &res, ts, event)?;
+        let (pos, k, idx) = self.append(py, &res, ts)?;
         let next_pos = pos + 1;
         for oi in 0..self.order.len() {
             let ci = self.order[oi];
@@ -1373,7 +1370,7 @@ impl StreamCore {
         let mut out_cols: Vec<Vec<PyObject>> =
             onames.iter().map(|_| Vec::with_capacity(n)).collect();
         let mut start = 0;
-        for (i, d) in events.iter().enumerate() {
+        for i in 0..events.len() {
             let t = clamped[i];
             self.cur.vals.copy_from_slice(&vals[i * width..(i + 1) * width]);
             self.cur.preds.copy_from_slice(&flags[i * pwidth..(i + 1) * pwidth]);
@@ -1381,7 +1378,7 @@ impl StreamCore {
             self.blob.clear();
             self.blob.extend_from_slice(&blobs[start..ends[i]]);
             start = ends[i];
-            self.take(py, d.as_any(), t)?;
+            self.take(py, t)?;
             let mut c = 0;
             for o in &self.outputs {
                 let entry = self.core.read(o.table, &mut self.cur, t);
