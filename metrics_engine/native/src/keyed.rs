@@ -315,11 +315,35 @@ impl Entry {
         if !w.states.is_empty() {
             return w.states[slot].as_ref();
         }
+        if w.n() >= 2 {
+            return self.view_states(v).get(slot).and_then(|s| s.as_ref());
+        }
         if w.n() == 1 {
             // A raw bucket is given its partials before a read (`GroupTable::readable`).
             return self.ring[w.lo].parts.get(slot).and_then(|p| p.as_ref());
         }
         None
+    }
+
+    /// The window states of view `v` when it has two or more closed buckets: its own, or
+    /// those of the view over the same buckets it shares (see `roll`); empty otherwise.
+    fn view_states(&self, v: usize) -> &[Option<State>] {
+        let w = &self.wins[v];
+        if !w.states.is_empty() || w.n() < 2 {
+            return &w.states;
+        }
+        self.wins.iter().find(|o| o.lo == w.lo && o.hi == w.hi && !o.states.is_empty())
+            .map_or(&[], |o| &o.states)
+    }
+
+    /// Give every window that shares another's states states of its own (before its
+    /// views are renumbered or one of them is set from a snapshot).
+    fn unshare(&mut self, kinds: &[Kind], spare: &mut Spare) {
+        for v in 0..self.wins.len() {
+            if self.wins[v].states.is_empty() && self.wins[v].n() >= 2 {
+                refold(&mut self.wins[v], &self.ring, kinds, spare);
+            }
+        }
     }
 
     /// The ring index of view `v`'s one closed bucket when that bucket is raw.
@@ -503,6 +527,21 @@ fn refold(w: &mut Win, ring: &std::collections::VecDeque<Bucket>, kinds: &[Kind]
     }
 }
 
+/// The ring range `roll_win` would give window `w` (of `m` buckets) at bucket `b`.
+fn rolled_range(w: &Win, ring: &std::collections::VecDeque<Bucket>, m: i64, b: i64) -> (usize, usize) {
+    let (mut lo, mut hi) = (w.lo, w.hi);
+    while lo < ring.len() && ring[lo].idx < b - m {
+        if lo >= hi {
+            hi += 1;
+        }
+        lo += 1;
+    }
+    while hi < ring.len() && ring[hi].idx < b {
+        hi += 1;
+    }
+    (lo, hi)
+}
+
 /// Bring view window `w` (of `m` buckets) to the bucket `b` being the current one: buckets
 /// older than the window leave (taken back from its states), closed ones enter (added).
 /// Returns the bucket operations done.
@@ -545,8 +584,24 @@ pub fn roll(e: &mut Entry, kinds: &[Kind], hop: &Hop, views: &[View], b: i64, sp
         return 0;
     }
     let mut work = 0;
-    for (w, v) in e.wins.iter_mut().zip(views) {
-        work += roll_win(w, &e.ring, kinds, v.m, b, spare);
+    for i in 0..e.wins.len().min(views.len()) {
+        let (lo, hi) = rolled_range(&e.wins[i], &e.ring, views[i].m, b);
+        let (done, rest) = e.wins.split_at_mut(i);
+        let w = &mut rest[0];
+        if hi - lo >= 2 && done.iter().any(|o| o.lo == lo && o.hi == hi && !o.states.is_empty()) {
+            // Over the same buckets as a smaller view already rolled (W2's 28, 182 and 392
+            // days while a key has no older bucket): the same states, so it keeps none and
+            // reads that view's (`Entry::view_states`) instead of folding each bucket again.
+            spare.give(std::mem::take(&mut w.states));
+            (w.lo, w.hi) = (lo, hi);
+        } else if w.states.is_empty() && w.n() >= 2 {
+            // It shared another view's states and no longer can: its own, from its buckets.
+            (w.lo, w.hi) = (lo, hi);
+            refold(w, &e.ring, kinds, spare);
+            work += w.n() as u64;
+        } else {
+            work += roll_win(w, &e.ring, kinds, views[i].m, b, spare);
+        }
     }
     let gone = match e.wins.iter().map(|w| w.lo).min() {
         Some(lo) => lo,
@@ -1162,6 +1217,7 @@ impl GroupTable {
             }
         }
         for e in self.entries.iter_mut().flatten() {
+            e.unshare(&self.kinds, &mut self.spare_slots);
             let mut old = std::mem::take(&mut e.wins);
             e.wins = map.iter().map(|m| m.map_or_else(Win::default, |i| std::mem::take(&mut old[i])))
                 .collect();
@@ -1297,8 +1353,9 @@ impl GroupTable {
             out.buf.extend_from_slice(&k);
             let e = self.entry(id);
             let w = e.wins.get(view).unwrap_or(&none);
+            let states = if view < e.wins.len() { e.view_states(view) } else { &w.states };
             for &j in &slots {
-                write_state(py, out, strings, w.states.get(j).and_then(|s| s.as_ref()), digest);
+                write_state(py, out, strings, states.get(j).and_then(|s| s.as_ref()), digest);
             }
             let ring: Vec<&Bucket> = e.ring.range(w.lo.min(e.ring.len())..).collect();
             out.u32(ring.len() as u32);
@@ -1428,6 +1485,7 @@ fn write_state(py: Python<'_>, out: &mut Out, strings: &Interner, s: Option<&Sta
 /// from the ring at the next roll.
 fn merge_view(e: &mut Entry, view: usize, buckets: Vec<(i64, Vec<Option<State>>)>, absorbed: usize,
               states: Vec<Option<State>>, kinds: &[Kind], spare: &mut Spare) {
+    e.unshare(kinds, spare);
     let mut places = Vec::with_capacity(buckets.len());
     for (idx, parts) in buckets {
         match e.ring.binary_search_by_key(&idx, |b| b.idx) {
