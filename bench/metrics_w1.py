@@ -537,36 +537,12 @@ CAUSES = ("gc", "gc_older_generation", "chunk_close", "trim", "page_faults", "sw
           "writer_ran")
 
 
-def _tracker(res):
-    """A function that hands the (ts, event) tuple the last call appended back to the cyclic
-    collector, as the core did before it untracked them (``--tail``'s A/B run)."""
-    import ctypes
-
-    track = ctypes.pythonapi.PyObject_GC_Track
-    track.argtypes, track.restype = [ctypes.py_object], None
-
-    def retrack() -> None:
-        if res.open_events:
-            last = res.open_events[-1]
-        elif res.pending:
-            last = res.pending[max(res.pending)][-1]
-        else:
-            return
-        if type(last) is tuple and not gc.is_tracked(last):
-            track(last)
-
-    return retrack
-
-
-def attribute(fn, items, rate_per_s: float, warmup: int, res, writer_tids: list[int],
-              retrack: bool = False) -> list:
+def attribute(fn, items, rate_per_s: float, warmup: int, res, writer_tids: list[int]) -> list:
     """``open_loop``'s arrivals, with each event's service time (the call alone) and what
     happened during the call: collections of the cyclic GC (count, seconds, oldest
     generation), whether the reservoir closed a chunk or trimmed, the ingesting thread's minor
     page faults and context switches, and the writer threads' CPU meanwhile. The probes run
-    outside the timed call (they lengthen only the gaps, which the open loop absorbs).
-    ``retrack``: the chunk tuples go back to the cyclic collector after each call."""
-    after = _tracker(res) if retrack else None
+    outside the timed call (they lengthen only the gaps, which the open loop absorbs)."""
     clock = time.perf_counter
     g = {"n": 0, "s": 0.0, "t": 0.0, "gen": -1}
 
@@ -612,8 +588,6 @@ def attribute(fn, items, rate_per_s: float, warmup: int, res, writer_tids: list[
             fn(item)
             t1 = clock()
             w1, r1 = writer_ns(), usage(me)
-            if after is not None:
-                after()
             if i >= warmup:
                 for add, x in zip(adds, (
                         t1 - intended, t1 - t0, g["n"] - n0, g["s"] - s0, g["gen"],
@@ -695,8 +669,8 @@ def tail_report(rows: list) -> tuple[dict, list[dict]]:
 def run_tail(args) -> dict:
     """In a fresh process: W1 one event per call (RANGE 5 MINUTES): throughput with CPU by
     thread, then (``attribute_tail``) the open loop with every event's causes recorded.
-    ``level``: the writer's zstd level (None: the engine's); ``retrack``: see ``attribute``."""
-    n, level, attribute_tail, retrack = args
+    ``level``: the writer's zstd level (None: the engine's)."""
+    n, level, attribute_tail = args
     if level is not None:
         from metrics_engine import reservoir
 
@@ -722,7 +696,7 @@ def run_tail(args) -> dict:
         res = sut.eng._plan.streams["payments"].res
         tids = [t for t, (comm, _) in threads().items() if comm.startswith(WRITER_THREAD)]
         rows = attribute(sut.ingest, rest[half:], rate * OPEN_LOOP_LOAD, len(rest) // 20, res,
-                         tids, retrack)
+                         tids)
         out["summary"], out["causes"] = tail_report(rows)
     sut.close()
     return out
@@ -733,20 +707,13 @@ def tail_only(quick: bool) -> int:
     n = 20_000 if quick else 200_000
     rep = Report("metrics_w1_tail", quick)
     ensure_data()
-    runs = {}
     with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
-        # A/B in one run: as built, then with the chunks' (ts, event) tuples handed back to
-        # the cyclic collector after each call (as the core left them before it untracked them).
-        for name, retrack in (("as built", False), ("chunk tuples tracked", True)):
-            runs[name] = pool.apply(run_tail, ((n, None, True, retrack),))
-    for name, r in runs.items():
-        summary, table = r.pop("summary"), r.pop("causes")
-        rep.add(part="W1 5 min one event per call", system=f"railflow engine, {name}", **r,
-                **summary)
-        for row in table:
-            rep.add(part=f"tail causes, {name}", system=row.pop("cause"), **row)
-        runs[name] = {**r, **summary}
-    r = runs["as built"]
+        r = pool.apply(run_tail, ((n, None, True),))
+    summary, table = r.pop("summary"), r.pop("causes")
+    rep.add(part="W1 5 min one event per call", system="railflow engine", **r, **summary)
+    for row in table:
+        rep.add(part="tail causes", system=row.pop("cause"), **row)
+    r = {**r, **summary}
     rep.target("P3_per_call_cpu", r["cpu_us_process"], "CPU us/event", 1e6 / 300_000,
                higher_is_better=False, note=f"ingest {r['cpu_us_ingest']:.2f} + writer "
                f"{r['cpu_us_writer']:.2f} + other {r['cpu_us_other']:.2f}")
@@ -771,7 +738,7 @@ def levels_only(quick: bool, levels: list[int]) -> int:
     with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
         for _ in range(rounds):
             for lv in levels:
-                got[lv].append(pool.apply(run_tail, ((n, lv, False, False),)))
+                got[lv].append(pool.apply(run_tail, ((n, lv, False),)))
     base = None
     for lv in levels:
         med = {k: statistics.median([r[k] for r in got[lv]]) for k in got[lv][0]}

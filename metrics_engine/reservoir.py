@@ -256,10 +256,11 @@ class StreamReservoir:
         self.pending[k] = self.open_events
         self.chunks.append(meta)
         payload: bytes | list[bytes] = self.open_blobs  # the writer joins them (one copy)
-        if self.lazy_open:  # rows of a batch: decoded when a reader asks
-            if json is None:
+        if self.lazy_open:  # rows left None: decoded when a reader asks
+            if json is None and not native:
                 json = b"[" + b",".join(self.open_blobs) + b"]"
-            payload = self._pending_json[k] = json
+            if json is not None:  # else (native, on disk) read back from the segment
+                payload = self._pending_json[k] = json
             self.lazy_open = False
         self.open_first_pos = self.next_pos
         # The closed chunk's blobs are freed at the next trim (the next event), not now: a
@@ -340,6 +341,12 @@ class StreamReservoir:
         payload = self._pending_json.pop(k, None)
         if payload is not None:
             _fill(events, payload)
+        elif self.writer is not None and self.directory is not None and None in events:
+            # Rows whose JSON the native core handed to the writer alone: read back from the
+            # segment once durable (rare: the core reads its own lowered rows).
+            self.writer.barrier()
+            self._drain()
+            return self._read(k)
         return events
 
     def prefetch(self, k: int) -> None:

@@ -97,15 +97,16 @@ def test_the_open_chunk_keeps_no_python_object_per_event(tmp_path):
     pending = sorted(res.pending)
     assert len(pending) >= 5 and all(x is None for k in pending for x in res.pending[k])
     assert res.lazy_open and res.counters.json_held
+    assert not res._pending_json  # their JSON went to the writer alone
+    eng._writer.pause(False)  # a pending chunk's rows are read back from its segment
     want = [(1_000 * i, dict(base, amount=i)) for i in range(200)]
-    got = [x for k in pending for x in res.chunk(k)] + list(res.chunk(res.open_no))
+    got = [tuple(x) for k in pending for x in res.chunk(k)] + list(res.chunk(res.open_no))
     assert got == want[len(want) - len(got):]
     assert not res.counters.json_held  # handed to the reservoir for the read
     for i in range(200, 230):  # appended after the read: None again, then read again
         eng.ingest("payments", dict(base, amount=i), 1_000 * i)
     assert res.chunk(res.open_no)[-1] == (229_000, dict(base, amount=229))
     assert eng.query("s5", "c1", 229_000) == sum(range(230))
-    eng._writer.pause(False)
     eng.close()
     eng = Engine(tmp_path / "e", fsync=False, **OPTS)  # the open chunk went to open.json
     assert eng.ingest("payments", dict(base, amount=1), 230_000)["s5"] == sum(range(230)) + 1

@@ -500,8 +500,12 @@ impl StreamCore {
         self.counters.borrow_mut(py).json_held = false; // the JSON goes with the chunk
         payload.push(b']');
         self.ojson.reserve(payload.len());
+        // Rows left None are decoded from the chunk's JSON when read: a reservoir on disk reads
+        // a closed chunk's back from its segment (reservoir.py `_pending_events`), so only a
+        // memory-only one keeps a copy (a 64 KiB copy at every chunk's close was most of it).
         let lazy = res.getattr(intern!(py, "lazy_open"))?.is_truthy()?;
-        let json = if lazy { PyBytes::new(py, &payload).into_any() } else { py.None().into_bound(py) };
+        let keep = lazy && res.getattr(intern!(py, "directory"))?.is_none();
+        let json = if keep { PyBytes::new(py, &payload).into_any() } else { py.None().into_bound(py) };
         // The reservoir's bookkeeping; it returns the writer's stream id and the chunk's place
         // when the chunk goes to disk.
         let to_write = res.call_method1(intern!(py, "close_open"), (json, true))?;
