@@ -1,14 +1,17 @@
 """The event reservoir: per stream, events in chunks; closed chunks compressed on disk.
 
-Events go into an open in-memory chunk (the native core appends them with their JSON, see
-``StreamCore.ingest``; ``append`` does the same in Python when a stream is reopened). A batch
-(``StreamCore.ingest_arrays``) appends only the JSON: its rows are None in the chunk's list
-until a reader asks for the chunk, which decodes them in place (``_fill``). When
-its serialized size reaches ``chunk_bytes_target`` the chunk closes, becomes immutable, and the
-native writer thread (``Writer``; it never takes the GIL) compresses it (zstd) and appends it
-to the stream's current segment file (which rolls at ``segment_bytes_max``), then fsyncs.
-Until then the closed chunk stays in memory, so readers never wait for the disk and
-asynchronous writes never change what they read.
+Events go into an open in-memory chunk. The native core (``StreamCore.ingest`` and
+``ingest_arrays``) appends only their JSON: their rows are None in the chunk's list until a
+reader asks for the chunk, which decodes them in place (``_fill``; the open chunk's JSON is
+asked of the core first, ``hand_off``), and a closed chunk not yet on disk is read back from its
+segment once the writer placed it (``_pending_events``). ``append`` keeps (ts, event) rows, in
+Python, when a stream is reopened. When its serialized size reaches ``chunk_bytes_target`` the
+chunk closes, becomes immutable, and the native writer thread (``Writer``; it never takes the
+GIL, and queuing work for it wakes no thread) compresses it (zstd) and appends it to the
+stream's current segment file (which rolls at ``segment_bytes_max``), then fsyncs. The
+open-chunk counters (``next_pos``, ``last_ts``, ...) live in a native ``Counters`` object the
+core moves at every event. Readers never wait for the disk in steady state (the core reads its
+own lowered rows) and asynchronous writes never change what they read.
 
 Readers (``Cursor`` in plan.py) walk chunks in order by number and ask for the next chunk to be
 prefetched by a background thread before they need it. ``trim(floor)`` forgets chunks that end
