@@ -19,7 +19,10 @@
 //! by 1 day) are views of one table (`View`): the ring is kept once, for the largest, and
 //! each view keeps only its window over it (`Win`: the closed buckets inside, its running
 //! states), so an event joins one bucket, not four, and a day that closes is added to each
-//! window and the day leaving it taken back: O(1) per window per boundary.
+//! window and the day leaving it taken back: O(1) per window per boundary. A view whose
+//! window holds the same buckets as a smaller view's (a key with no bucket older than 28
+//! days, for W2's 182 and 392) keeps no states and reads that view's, so the closing day is
+//! folded once for all of them; it folds its own when they part (`roll`).
 //!
 //! A window of one closed bucket is that bucket's partial: the entry holds window states of
 //! its own only while two or more closed buckets are in the window (most keys of a large
