@@ -135,3 +135,14 @@ def check_values(defs, stream, got, start=0):
         for i in range(start, len(stream)):
             g = got[i - start][d.name]
             assert same(g, want[i]), (d.name, i, g, want[i])
+
+
+def check_carries_on(eng, stream, start, want, defs, held, held_want):
+    """Fed ``stream[start:]`` one event at a time, ``eng`` (a restored engine) gives the values
+    in ``want`` and ``held(eng) == held_want[j]`` after each event ``j``."""
+    for j in range(start, len(stream)):
+        tj, ej = stream[j]
+        out = eng.ingest("payments", ej, tj)
+        for d in defs:
+            assert same(out[d.name], want[d.name][j]), (start, j, d.name, out[d.name])
+        assert held(eng) == held_want[j], (start, j)
