@@ -11,14 +11,19 @@ PYTEST_ARGS ?=
 # The metrics engine's native core (Rust, PyO3 + maturin); cargo fetches crates from crates.io.
 NATIVE := metrics_engine/native
 NATIVE_SRC := $(NATIVE)/Cargo.toml $(NATIVE)/Cargo.lock $(NATIVE)/pyproject.toml $(wildcard $(NATIVE)/src/*.rs)
+# The native HTTP front end (runner/api/native.py), the same way.
+HTTP_NATIVE := runner/native
+HTTP_NATIVE_SRC := $(HTTP_NATIVE)/Cargo.toml $(HTTP_NATIVE)/Cargo.lock $(HTTP_NATIVE)/pyproject.toml \
+  $(wildcard $(HTTP_NATIVE)/src/*.rs)
 
 # The venv is (re)built only when pyproject.toml or the native crate changed since the last
 # install. The crate builds in its own target/ so a rebuild is incremental.
-$(STAMP): pyproject.toml $(NATIVE_SRC)
+$(STAMP): pyproject.toml $(NATIVE_SRC) $(HTTP_NATIVE_SRC)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,spark]'
 	CARGO_TARGET_DIR=$(abspath $(NATIVE)/target) $(PY) -m pip install -q ./$(NATIVE)
+	CARGO_TARGET_DIR=$(abspath $(HTTP_NATIVE)/target) $(PY) -m pip install -q ./$(HTTP_NATIVE)
 	@touch $(STAMP)
 
 venv: $(STAMP)

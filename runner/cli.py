@@ -55,7 +55,8 @@ def serve(
     port: int = typer.Option(None, help="Port of the API and console (RAILFLOW_PORT)."),
     node_id: str = typer.Option(None, help="Node id (RAILFLOW_NODE_ID)."),
     log_level: str = typer.Option("warning", help="HTTP server log level."),
-    server: str = typer.Option(None, help="uvicorn or granian (RAILFLOW_SERVER)."),
+    server: str = typer.Option(None, "--server", "--http",
+                               help="uvicorn, granian or native (RAILFLOW_SERVER)."),
 ) -> None:
     """Start a node. With no settings: embedded (file log, single node, RocksDB run store,
     local checkpoints under ./.railflow), preloaded with the W3 demo workflow and W1 metrics."""
@@ -86,9 +87,15 @@ def serve(
 
 
 def _serve_http(service, settings, overrides: dict, log_level: str) -> None:
-    """Serve the node's API on one event loop: uvicorn (httptools, uvloop) in this process, or
-    granian's Rust HTTP server with one worker process that builds the node from the
-    environment (so the options given here travel as ``RAILFLOW_*`` variables)."""
+    """Serve the node's API on one event loop: uvicorn (httptools, uvloop) in this process,
+    the native front end with uvicorn behind it (``runner.api.native``), or granian's Rust
+    HTTP server with one worker process that builds the node from the environment (so the
+    options given here travel as ``RAILFLOW_*`` variables)."""
+    if settings.server == "native":
+        from runner.api.native import serve_native
+
+        serve_native(service, settings, log_level)
+        return
     if settings.server == "granian":
         import os
 

@@ -190,6 +190,16 @@ class Service:
         task or a future in between (``runner.api.transport``'s lean orders)."""
         self._submit_to(kind, raw, timeout_s, _Reply(then, None, _inbox(), self._timed()))
 
+    def submit_direct(self, kind: str, raw: bytes, then: Callable[[Any, Any], None],
+                      timeout_s: float | None = None) -> None:
+        """Append ``raw`` (checked by ``check_entry_size``); ``then(applied, None)`` (or
+        ``then(None, error)``) runs on the thread that settles it, no event loop in between:
+        the node's apply loop for an entry this node applied, else the appender's, the
+        election's, a forwarding thread, or the caller's own when it fails at once. ``then``
+        must be quick and must not block (``runner.api.native`` answers the request there);
+        what it raises is logged."""
+        self._submit_to(kind, raw, timeout_s, _Direct(then, self._timed()))
+
     def check_entry_size(self, raw: bytes) -> None:
         if len(raw) > self.settings.log_entry_bytes_max:  # the log's retention assumes it
             raise RequestInvalid("body", f"the request is {len(raw)} bytes as a log entry, over "
@@ -391,6 +401,32 @@ class _Reply:
             self.then(result, error)
         else:
             self.then(self.arg, result, error)
+
+
+class _Direct:
+    """A request's ``replog.node.Sink`` calling ``then(result, error)`` on the thread that
+    settles it (on the leader, the log round trip is timed as ``_Reply`` times it)."""
+
+    __slots__ = ("then", "timed", "started")
+
+    def __init__(self, then: Callable[[Any, Any], None], timed: LatencyRecorder | None) -> None:
+        self.then = then
+        self.timed = timed
+        self.started = time.perf_counter_ns() if timed is not None else 0
+
+    def set_result(self, result: Applied) -> None:
+        if self.timed is not None:
+            self.timed.record((time.perf_counter_ns() - self.started) // 1000)
+        self._call(result, None)
+
+    def set_exception(self, exception: BaseException) -> None:
+        self._call(None, exception)
+
+    def _call(self, result: Any, error: BaseException | None) -> None:
+        try:
+            self.then(result, error)
+        except Exception:  # noqa: BLE001 - the settling thread (the apply loop) carries on
+            log.exception("settling a request failed")
 
 
 def _settle_future(waiter: asyncio.Future, result: Any, error: BaseException | None) -> None:

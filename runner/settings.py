@@ -41,7 +41,10 @@ class Settings(BaseSettings):
     advertise_url: str | None = None  # defaults to http://host:port
     # The HTTP server (docs/http-server.md says why the default); the hot path serves orders
     # and app callbacks without FastAPI (``runner.api.hot``; off only to measure its gain).
-    server: Literal["uvicorn", "granian"] = "uvicorn"
+    # native: the Rust front end of ``runner.api.native`` on the public address, uvicorn
+    # behind it on a Unix socket for every other route.
+    server: Literal["uvicorn", "granian", "native"] = "uvicorn"
+    native_http_threads: int = Field(default=1, ge=1, le=64)  # the native front's runtime
     hot_path: bool = True
     # Under uvicorn, orders are served below ASGI (``runner.api.transport``): no task, no
     # receive/send per order. Off only to measure the gain.

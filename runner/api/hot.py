@@ -41,6 +41,7 @@ deadline_ms_max = 30_000  # as the route's ``deadline_ms`` query parameter
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 # An answer without ASGI: (status, headers, body), headers content-type and -length included.
 Answer = Callable[[int, list[tuple[bytes, bytes]], bytes], None]
+_EVENT_BODY_MAX = limits.body_bytes_max(EVENTS_PATH)
 INTERNAL_ERROR = (500, [(b"content-type", b"text/plain; charset=utf-8"),
                          (b"content-length", b"21")], b"Internal Server Error")
 
@@ -154,8 +155,19 @@ class HotPath:
         receive or send; ``answer`` gets the reply on this loop once the order applied (a
         run still waiting on an app: through a task that waits as the route does). False, at
         once, for anything the ASGI path must judge (``runner.api.transport`` then runs it)."""
-        if not self.serve or scope["query_string"] or len(body) > limits.body_bytes_max(
-                EVENTS_PATH) or not _json_body(scope) or not self._client(scope):
+        return self.serve_order(scope["query_string"], _header(scope, b"authorization"),
+                                _header(scope, b"content-type"), body, answer)
+
+    def serve_order(self, query: bytes, authorization: str | None, content_type: str | None,
+                    body: bytes, answer: Answer,
+                    waits: asyncio.AbstractEventLoop | None = None) -> bool:
+        """``serve_order_now`` from the parts of the request it reads (header values as
+        Latin-1 text). Without ``waits`` it runs on an event loop and answers there; with it
+        (``runner.api.native``, from a plain thread) the node's thread that applied the order
+        calls ``answer`` itself, and a run still waiting on an app is waited for on
+        ``waits``."""
+        if not self.serve or query or len(body) > _EVENT_BODY_MAX or not _json_type(
+                content_type) or not self._client_key(authorization):
             return False
         decoded = _event_of(body)
         if decoded is None:
@@ -167,13 +179,18 @@ class HotPath:
         except errors.HANDLED as exc:
             _answer_error(answer, exc)
             return True
-        self.svc.submit_then(entries.EVENT_RECEIVED, payload,
-                             lambda applied, error: self._order_applied(order, applied, error,
-                                                                        answer))
+
+        def then(applied: Any, error: Any) -> None:
+            self._order_applied(order, applied, error, answer, waits)
+
+        if waits is None:
+            self.svc.submit_then(entries.EVENT_RECEIVED, payload, then)
+        else:
+            self.svc.submit_direct(entries.EVENT_RECEIVED, payload, then)
         return True
 
     def _order_applied(self, order: ops.EventOrder, applied: Any, error: Any,
-                       answer: Answer) -> None:
+                       answer: Answer, waits: asyncio.AbstractEventLoop | None = None) -> None:
         try:
             if error is not None:
                 raise error
@@ -187,8 +204,10 @@ class HotPath:
             return
         if all(_settled(v) for v in reply.runs):  # the common case: nothing to wait for
             _answer_json(answer, ops.event_answer(self.svc, order, reply, reply.runs))
-        else:
+        elif waits is None:
             asyncio.ensure_future(self._order_waits(order, reply, answer))
+        else:  # called on the node's thread: the run waits on the given loop
+            asyncio.run_coroutine_threadsafe(self._order_waits(order, reply, answer), waits)
 
     async def _order_waits(self, order: ops.EventOrder, reply: Any, answer: Answer) -> None:
         try:
@@ -199,8 +218,10 @@ class HotPath:
             answer(*INTERNAL_ERROR)
 
     def _client(self, scope: dict) -> bool:
+        return self._client_key(_header(scope, b"authorization"))
+
+    def _client_key(self, value: str | None) -> bool:
         """True for a known client key (users' tokens go the FastAPI way: roles)."""
-        value = _header(scope, b"authorization")
         if value is None:
             return False
         scheme, _, credentials = value.partition(" ")
@@ -233,8 +254,11 @@ def _event_of(body: bytes) -> tuple[dict, bytes] | None:
 
 
 def _json_body(scope: dict) -> bool:
+    return _json_type(_header(scope, b"content-type"))
+
+
+def _json_type(value: str | None) -> bool:
     """As FastAPI reads a JSON body: no Content-Type, or application/json."""
-    value = _header(scope, b"content-type")
     return value is None or value.split(";", 1)[0].strip().lower() == "application/json"
 
 
@@ -282,8 +306,18 @@ def _replay(body: bytes, receive: Any) -> Any:
 
 
 async def _too_large(scope: dict, receive: Any, send: Any, cap: int) -> None:
-    exc = RequestInvalid("", f"request body larger than {cap} bytes", 413)
-    await errors.render(exc)(scope, receive, send)
+    await errors.render(_too_large_error(cap))(scope, receive, send)
+
+
+def _too_large_error(cap: int) -> RequestInvalid:
+    return RequestInvalid("", f"request body larger than {cap} bytes", 413)
+
+
+def too_large_answer(path: str) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+    """The answer to a body over ``limits.body_bytes_max(path)`` (``runner.api.native``'s
+    front gives it without asking Python)."""
+    response = errors.render(_too_large_error(limits.body_bytes_max(path)))
+    return response.status_code, response.raw_headers, bytes(response.body)
 
 
 async def _send_json(send: Any, body: bytes) -> None:
