@@ -13,21 +13,25 @@ log polling); ``idle_cpu_pct`` is that rate, measured before the load, and ``net
 the figure without it.
 
 Rows, all in the same run:
-- embedded node (file log, one node) under uvicorn (httptools, uvloop) and under granian
-  (ASGI, one worker, uvloop) with the hot path, under uvicorn with orders served through ASGI
+- embedded node (file log, one node) under uvicorn (httptools, uvloop), under the native front
+  end (``runner.api.native``: hyper in front, uvicorn behind it for the other routes) and under
+  granian (ASGI, one worker, uvloop) with the hot path, under uvicorn with orders served
+  through ASGI
   (``RAILFLOW_LEAN_ORDERS=false``: what ``runner.api.transport``'s lean orders save), and
   under uvicorn with the hot path off (the FastAPI routes alone: what ``runner.api.hot``
   saves);
-- three nodes in cluster mode on infra/'s Kafka, ZooKeeper, HBase and S3 under the default
-  server: the leader (HTTP in, append, apply, reply, run store) and each follower (consume,
-  apply). Targets P7: ≤ 250 µs on the leader, ≤ 120 µs on a follower.
+- three nodes in cluster mode on infra/'s Kafka, ZooKeeper, HBase and S3, once under each server
+  of ``--servers`` (uvicorn and native): the leader (HTTP in, append, apply, reply, run
+  store) and each follower (consume, apply). Targets P7: ≤ 250 µs on the leader, ≤ 120 µs on
+  a follower (read under the default server; each server's leader has its own line).
 
 Before each reading every node has applied what the leader applied (a follower's CPU for the
-orders is counted only once it applied them all). ``--quick`` measures the default server
-with the hot path and the three nodes only (the peers take longer than 90 s).
+orders is counted only once it applied them all). ``--quick`` measures the servers of
+``--servers`` with the hot path, embedded and on three nodes, one repeat each (granian and the
+ASGI and FastAPI peers only in full runs).
 
-Usage: ``.venv/bin/python bench/api_cost.py [--quick] [--skip-cluster]``. Starts the cluster
-if it is not up (and stops it again in that case).
+Usage: ``.venv/bin/python bench/api_cost.py [--quick] [--skip-cluster] [--servers
+uvicorn,native]``. Starts the cluster if it is not up (and stops it again in that case).
 """
 
 from __future__ import annotations
@@ -219,24 +223,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--skip-cluster", action="store_true")
+    parser.add_argument("--servers", default="uvicorn,native",
+                        help="servers measured embedded and on three nodes, in this order "
+                             "(uvicorn, native, granian)")
     args = parser.parse_args(argv)
+    servers = [s for s in args.servers.split(",") if s]
     q = args.quick
     orders, warmup = (ORDERS_QUICK, WARMUP_ORDERS_QUICK) if q else (ORDERS_FULL,
                                                                      WARMUP_ORDERS_FULL)
     idle_s, repeats = (IDLE_S_QUICK, REPEATS_QUICK) if q else (IDLE_S_FULL, REPEATS_FULL)
     report = Report("api_cost", q)
     default_server = Settings.model_fields["server"].default
-    configs = [("uvicorn", True, True), ("granian", True, True), ("uvicorn", True, False),
-               ("uvicorn", False, False)]
-    if q:  # within 90 s: the server and hot-path peers only in full runs
-        configs = configs[:1]
+    configs = [(server, True, True) for server in servers]
+    if not q:  # the peers only in full runs
+        configs += [("granian", True, True)] * ("granian" not in servers) + [
+            ("uvicorn", True, False), ("uvicorn", False, False)]
     for server, hot, lean in configs:
         print(f"== embedded, {server}, hot path {'on' if hot else 'off'}, lean orders "
               f"{'on' if lean else 'off'}", flush=True)
         run_embedded(report, server, hot, lean, orders, warmup, idle_s, repeats)
     if not args.skip_cluster:
-        print(f"== 3 nodes, {default_server}", flush=True)
-        run_cluster(report, default_server, orders, warmup, idle_s, repeats)
+        for server in servers:
+            print(f"== 3 nodes, {server}", flush=True)
+            run_cluster(report, server, orders, warmup, idle_s, repeats)
 
     rows = report.results
     reference = next((r for r in rows if "FastAPI routes only" in r["workload"]), None)
@@ -244,9 +253,16 @@ def main(argv: list[str] | None = None) -> int:
         if reference is not None:
             r["ratio_vs_fastapi_routes"] = round(r["cpu_us_per_order"]["median"]
                                                  / reference["cpu_us_per_order"]["median"], 3)
-    leader = [r for r in rows if r["workload"].startswith("3 nodes") and r["role"] == "leader"]
-    followers = [r for r in rows if r["workload"].startswith("3 nodes")
-                 and r["role"] == "follower"]
+    for r in rows:
+        if r["workload"].startswith("3 nodes") and r["role"] == "leader":
+            report.target(f"P7_leader ({r['workload'].split(', ')[1]})",
+                          r["cpu_us_per_order"]["median"], "µs CPU per order", P7_LEADER_US,
+                          higher_is_better=False)
+    cluster = f"3 nodes, {default_server}"
+    if not any(r["workload"] == cluster for r in rows):  # the default server not measured
+        cluster = next((r["workload"] for r in rows if r["workload"].startswith("3 nodes")), "")
+    leader = [r for r in rows if r["workload"] == cluster and r["role"] == "leader"]
+    followers = [r for r in rows if r["workload"] == cluster and r["role"] == "follower"]
     if leader:
         report.target("P7_leader", leader[0]["cpu_us_per_order"]["median"], "µs CPU per order",
                       P7_LEADER_US, higher_is_better=False)

@@ -18,8 +18,12 @@ proportions.
 Needs py-spy (the ``dev`` extra) and ptrace rights over the node (root, or
 ``kernel.yama.ptrace_scope=0``).
 
-Usage: ``.venv/bin/python bench/profile_node.py [--cluster] [--orders 6000] [--rate 500]
-[--raw out.txt]``
+``--server native`` profiles nodes behind the native front end (``runner.api.native``): its
+runtime's threads (``http-native``, no Python frame) and its Python thread
+(``http-native-py``) then take the HTTP thread's place.
+
+Usage: ``.venv/bin/python bench/profile_node.py [--cluster] [--server native] [--orders 6000]
+[--rate 500] [--raw out.txt]``
 """
 
 from __future__ import annotations
@@ -126,7 +130,7 @@ HTTP_STAGES = (
     ("limits check", ("check_event", "check_fields", "check_entry_size")),
     ("auth", ("HotPath._client", "AuthStore.principal")),
     ("body read", ("_read_body", "RequestResponseCycle.receive")),
-    ("body decode + entry/reply encode", ("HotPath._event", "serve_order_now", "_answer_json",
+    ("body decode + entry/reply encode", ("HotPath._event", "serve_order", "_answer_json",
                                           "event_answer")),
     ("settle wakeup (node thread -> loop)", ("_Inbox._drain", "_settle", "_set_if_pending")),
     ("hot path other", ("HotPath.", "receive_event", "RailflowAPI.__call__", "event_order")),
@@ -258,6 +262,8 @@ def profile(pids: dict[str, int], raws: dict[str, Path], url: str, key: str, arg
               f"(noisy); stacks in {raws[role]}")
         print(thread_table(pid, before[role][1], after[role][1], raws[role], ok))
         print(http_stages(raws[role]))
+        if args.server == "native":  # the front's Python thread (its runtime is native)
+            print(http_stages(raws[role], "http-native-py"))
         print(summarize(raws[role], args.top))
 
 
@@ -278,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
                              "peer of the lean orders")
     parser.add_argument("--stages-of", type=Path, default=None,
                         help="only print the HTTP thread's stages of an existing --raw file")
+    parser.add_argument("--server", default=Settings.model_fields["server"].default,
+                        choices=["uvicorn", "native", "granian"],
+                        help="the node's HTTP server (RAILFLOW_SERVER)")
     parser.add_argument("--no-native", action="store_true",
                         help="Python frames only, sampled without stopping the node (py-spy "
                              "decides what is idle)")
@@ -288,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     _py_spy()
     warmup_s = 1_000 / args.rate
     if not args.cluster:
-        proc, url, key, _ = _start_embedded("uvicorn", True, not args.asgi_orders)
+        proc, url, key, _ = _start_embedded(args.server, True, not args.asgi_orders)
         try:
             run_load([url], "/v1/events", key, args.rate, warmup_s, 0.0, 1)
             time.sleep(1.0)
@@ -296,8 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             _stop(proc)
         return 0
-    server = Settings.model_fields["server"].default
-    with started_cluster(server) as (cluster, leader):
+    with started_cluster(args.server) as (cluster, leader):
         follower = next(n for n in cluster.nodes.values() if n.node_id != leader.node_id)
         urls = {n.node_id: n.url for n in cluster.nodes.values()}
         run_load([leader.url], "/v1/events", cluster.api_key, args.rate, warmup_s, 0.0, 1)
