@@ -11,6 +11,11 @@ run in ``bench/pipeline_w4.py``.
 
     .venv/bin/python bench/w2_days.py                  # all 30 days, 1/128 of the cards
     .venv/bin/python bench/w2_days.py --days 6 --fraction 16
+    .venv/bin/python bench/w2_days.py --days 12 --fraction 64 --no-look-ahead   # A/B
+
+``--no-look-ahead`` turns off the batch's key look-ahead (the native core looks up the keys
+of a row a few rows early and asks the CPU for their states, plan.rs ``find_ahead``), for an
+A/B of it on the same data.
 """
 
 from __future__ import annotations
@@ -38,11 +43,17 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--days", type=int, default=30)
     ap.add_argument("--fraction", type=int, default=128, help="a power of two")
+    ap.add_argument("--no-look-ahead", action="store_true",
+                    help="the native core's key look-ahead off (an A/B of it)")
     args = ap.parse_args()
     if args.fraction & (args.fraction - 1):
         raise SystemExit("--fraction must be a power of two")
-    report = Report("w2_days", quick=args.days < 30)
+    report = Report("w2_days" + ("_no_look_ahead" if args.no_look_ahead else ""),
+                    quick=args.days < 30)
     feeder = Feeder(definitions("w2"))
+    if args.no_look_ahead:
+        for sp in feeder._plan.streams.values():
+            sp.core.look_ahead = False
     total_cpu, total_events = 0.0, 0
     days = [t.filter(pc.equal(pc.bit_wise_and(t["card"], args.fraction - 1), 0))
             for t in synthetic.iter_batches("month", SEED, args.days)]

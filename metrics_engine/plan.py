@@ -669,6 +669,10 @@ class Plan:
             kinds = sp.value_kinds({n: field_kind(c) for n, c in zip(columns, cols, strict=True)})
             out, misfits = sp.core.ingest_arrays(list(columns), cols, ts_bytes, kinds)
             rows = len(ts_bytes) // 8
+            if not isinstance(out, dict):
+                # All the columns as one record batch (the native core's buffers, no copy).
+                batch = pa.RecordBatch._import_from_c(*out.addresses())
+                return dict(zip(batch.schema.names, batch.columns, strict=True))
             if misfits:
                 values = {n: v if isinstance(v, list) else _arrow_column(v, rows).to_pylist()
                           for n, v in out.items()}

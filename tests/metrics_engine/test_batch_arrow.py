@@ -230,3 +230,38 @@ def test_engine_columns_leave_the_digest_of_lists(tmp_path):
     assert c.digest() == a.digest()
     for e in (a, b, c):
         e.close()
+
+
+def test_native_columns_come_as_one_record_batch_and_an_unimported_one_is_freed(tmp_path):
+    """With no misfit the core hands every column over as one record batch through the Arrow
+    C data interface (arrow_ffi.rs): its arrays equal the lists' values and types. An export
+    nobody imports is released with its owner (no leak, no second release: a crash here)."""
+    from metrics_engine.plan import field_kind, typed_column
+
+    eng = Engine(tmp_path / "e", **OPTS)
+    eng.define("SELECT SUM(v) AS s, AVG(v) AS a, RECENT(m) AS r, MAX(b) AS x, OLDEST(z) AS o "
+               "FROM payments GROUP BY card RANGE 5 SECONDS")
+    ts = np.arange(T0, T0 + 40 * 300, 300, dtype=np.int64)
+    cols = {"card": [i % 3 for i in range(40)], "v": [i if i % 4 else None for i in range(40)],
+            "m": ["", "é", None, "m"] * 10, "b": [i % 3 == 0 for i in range(40)],
+            "z": [None] * 40}
+    lists = Engine(tmp_path / "l", **OPTS)
+    lists.define("SELECT SUM(v) AS s, AVG(v) AS a, RECENT(m) AS r, MAX(b) AS x, OLDEST(z) AS o "
+                 "FROM payments GROUP BY card RANGE 5 SECONDS")
+    want = lists.ingest_many("payments", ts[:20], {k: v[:20] for k, v in cols.items()})
+    got = eng.ingest_many("payments", ts[:20], {k: v[:20] for k, v in cols.items()}, arrow=True)
+    assert list(got) == list(want)
+    for name, col in got.items():
+        assert isinstance(col, pa.Array), name
+        assert [(type(x), x) for x in col.to_pylist()] == [(type(x), x) for x in want[name]]
+    assert got["s"].type == pa.int64() and got["r"].type == pa.string()
+    assert got["o"].null_count == 20
+    sp = eng._plan.streams["payments"]
+    typed = [typed_column(pa.array(c[20:])) for c in cols.values()]
+    kinds = sp.value_kinds({n: field_kind(c) for n, c in zip(cols, typed, strict=True)})
+    out, misfits = sp.core.ingest_arrays(list(cols), typed, ts[20:].tobytes(), kinds)
+    assert not misfits and not isinstance(out, dict)
+    assert all(out.addresses())
+    del out  # released unimported
+    eng.close()
+    lists.close()

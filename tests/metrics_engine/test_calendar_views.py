@@ -284,3 +284,57 @@ def test_views_over_the_same_buckets_share_their_states_exactly(tmp_path):
         check_carries_on(other, stream, i + 1, want, defs, held, [p[3] for p in plan])
         other.close()
     eng.close()
+
+
+def test_windows_reading_the_same_states_lower_them_once_in_every_path(tmp_path):
+    """W2's shape: windows of one group-by with the same aggregates, one after another. When
+    an event's windows hold the same closed buckets they read the same states, and their
+    values are lowered once and given to each (plan.rs `Output::same_as_prev`); a window with
+    other aggregates, or over other buckets, lowers its own. One event per call, batched into
+    lists and batched into Arrow columns: every value equals the brute force, and values were
+    shared in each path (the counter the old code lacks, and that stays 0 if sharing breaks).
+    Columns also come out the same with the batch's key look-ahead off (plan.rs `find_ahead`:
+    an id found ahead is checked again when its row comes, after keys were freed)."""
+    texts = [f"SELECT {AGGS} FROM payments GROUP BY card HOPPING {m} SECONDS EVERY 1 SECOND"
+             for m in SIZES]
+    texts.insert(2, "SELECT COUNT(*), SUM(amount), SKEWNESS(amount) FROM payments "
+                    "GROUP BY card HOPPING 7 SECONDS EVERY 1 SECOND")
+    texts.append(f"SELECT {AGGS} FROM payments GROUP BY card RANGE 9 SECONDS")
+    defs = [d for text in texts for d in parse(text)]
+    rng = random.Random(11)
+    t, stream = T0, []
+    for _ in range(300):
+        t += rng.choice([0, 150, 700, 1000, 2500, 6000])
+        stream.append((t, {"card": rng.choice(["a", "b", "c"]),
+                           "merchant": rng.choice(["m1", "m2", "m3", None]),
+                           "channel": rng.choice(["cnp", "cp"]),
+                           "amount": rng.choice([rng.randrange(-50, 100), None,
+                                                 rng.randrange(-10**12, 10**12)])}))
+    def typed(rows: list[dict]) -> list[dict]:
+        return [{k: (type(v).__name__, v) for k, v in r.items()} for r in rows]
+
+    engines = {}
+    for path in ("call", "lists", "arrow", "arrow, no look-ahead"):
+        eng = Engine(tmp_path / path.replace(", ", "-"), **OPTS)
+        for text in texts:
+            eng.define(text)
+        engines[path] = eng
+    _core(engines["arrow, no look-ahead"]).look_ahead = False
+    got_call = [engines["call"].ingest("payments", ev, t) for t, ev in stream]
+    check_values(defs, stream, got_call)
+    ts = np.array([t for t, _ in stream], dtype=np.int64)
+    cols = {f: [ev[f] for _, ev in stream] for f in ("card", "merchant", "channel", "amount")}
+    for path in ("lists", "arrow", "arrow, no look-ahead"):
+        got, n = {}, len(stream)
+        for lo in range(0, n, 64):
+            out = engines[path].ingest_many("payments", ts[lo:lo + 64],
+                                            {f: c[lo:lo + 64] for f, c in cols.items()},
+                                            arrow=path.startswith("arrow"))
+            for name, v in out.items():
+                got.setdefault(name, []).extend(v if isinstance(v, list) else v.to_pylist())
+        rows = [{name: got[name][i] for name in got} for i in range(n)]
+        assert typed(rows) == typed(got_call), path
+    for path, eng in engines.items():
+        assert _core(eng).reused_reads() > 0, path
+        assert engines["call"].digest() == eng.digest(), path
+        eng.close()

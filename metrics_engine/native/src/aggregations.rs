@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap;
 
 use num_bigint::BigInt;
 
-use crate::num::{div, Num};
+use crate::num::{div, div_square_by_cube, Num};
 use crate::value::{to_py, In, Interner, Out, Val};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -119,7 +119,9 @@ pub struct Moments {
 struct Ext {
     s: [i128; 2],        // the sums of squares and cubes while `big` is none
     fx: Vec<(u32, i64)>, // floats in the window by binary exponent, sorted
-    big: Option<[BigInt; 3]>,
+    // Boxed: rare, and inline it would triple the size of every state's `Ext` (W2 keeps one
+    // per window, bucket and key).
+    big: Option<Box<[BigInt; 3]>>,
 }
 
 #[derive(Clone, Debug)]
@@ -195,7 +197,7 @@ impl Moments {
             let [a, b, c] = v;
             let e = self.ext_mut();
             e.s = [0; 2];
-            e.big = Some([a.big(), b.big(), c.big()]);
+            e.big = Some(Box::new([a.big(), b.big(), c.big()]));
         }
     }
 
@@ -763,13 +765,14 @@ fn skewness(m: &Moments) -> Option<f64> {
     }
     let a = n.mul(&n).mul(s3).sub(&Num::S(3).mul(&n).mul(s1).mul(s2))
         .add(&Num::S(2).mul(s1).mul(s1).mul(s1));
-    let g = div(&a.mul(&a), &b.mul(&b).mul(&b)).sqrt(); // exact ratio, rounded once
+    let g = div_square_by_cube(&a, &b).sqrt(); // exact ratio, rounded once
     Some(if a.is_negative() { -g } else { g })
 }
 
 /// The value of `func` for a state (None: the key has no state) at time `ts`.
 /// A value `lower` always makes a float or an int of (or None), made natively: a batch
 /// answers these functions as Arrow buffers, with no Python object per value.
+#[derive(Clone, Copy)]
 pub enum Typed {
     F(Option<f64>),
     I(Option<i64>),

@@ -314,16 +314,21 @@ pub struct Entry {
 impl Entry {
     /// Slot `slot`'s state of view `v`'s window: a window of one closed bucket is its partial.
     pub fn window(&self, v: usize, slot: usize) -> Option<&State> {
+        self.window_states(v).and_then(|s| s.get(slot)).and_then(|s| s.as_ref())
+    }
+
+    /// Every slot's state of view `v`'s window (see `window`; a slot past the slice has none).
+    pub fn window_states(&self, v: usize) -> Option<&[Option<State>]> {
         let w = &self.wins[v];
         if !w.states.is_empty() {
-            return w.states[slot].as_ref();
+            return Some(w.states.as_slice());
         }
         if w.n() >= 2 {
-            return self.view_states(v).get(slot).and_then(|s| s.as_ref());
+            return Some(self.view_states(v));
         }
         if w.n() == 1 {
             // A raw bucket is given its partials before a read (`GroupTable::readable`).
-            return self.ring[w.lo].parts.get(slot).and_then(|p| p.as_ref());
+            return Some(self.ring[w.lo].parts.as_slice());
         }
         None
     }
@@ -680,6 +685,29 @@ pub struct GroupTable {
     fresh: rustc_hash::FxHashSet<u32>,
 }
 
+/// Ask the CPU for every cache line of `bytes` bytes at `p` (a hint: reads nothing, never
+/// faults, so a stale or dangling pointer of an empty vector is harmless).
+#[inline]
+fn prefetch_lines(p: *const i8, bytes: usize) {
+    if bytes == 0 {
+        return;
+    }
+    // Every line from the one holding the first byte to the one holding the last.
+    let (mut off, end) = (0, bytes + (p as usize & 63));
+    while off < end {
+        let q = p.wrapping_add(off);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint: it never faults and changes no memory.
+        #[allow(unused_unsafe)]
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(q);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = q;
+        off += 64;
+    }
+}
+
 const SPARE_MAX: usize = 1024;
 /// Inserts per swept entry (each sweep step touches a cold entry: a cache miss).
 const SWEEP_EVERY: u32 = 8;
@@ -714,7 +742,8 @@ impl GroupTable {
         let i = id as usize;
         let (p, bytes): (*const i8, usize) = if self.hop.is_some() {
             match self.entries.get(i) {
-                Some(e) => ((e as *const Option<Entry>).cast(), 1),
+                // Every line of the entry (its 64 bytes may straddle two).
+                Some(e) => ((e as *const Option<Entry>).cast(), std::mem::size_of::<Option<Entry>>()),
                 None => return,
             }
         } else {
@@ -728,19 +757,39 @@ impl GroupTable {
                 None => return,
             }
         };
-        // Every line from the one holding the first byte to the one holding the last.
-        let (mut off, end) = (0, bytes + (p as usize & 63));
-        while off < end {
-            let q = p.wrapping_add(off);
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: a prefetch is a hint: it never faults and changes no memory.
-            #[allow(unused_unsafe)]
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(q);
+        prefetch_lines(p, bytes);
+    }
+
+    /// Ask the CPU for what a calendar entry's roll and reads go to after the entry itself
+    /// (`prefetch`), one level further each call, so that the levels' misses overlap with
+    /// other rows' work instead of coming one after another: `deep` 1, the entry's window
+    /// list and bucket ring; 2, the windows' own states and the newest bucket's events or
+    /// partials. Reads only what the call before brought in; changes nothing.
+    pub fn prefetch_deep(&self, id: u32, deep: u8) {
+        if self.hop.is_none() {
+            return;
+        }
+        let Some(Some(e)) = self.entries.get(id as usize) else { return };
+        let (a, b) = e.ring.as_slices();
+        if deep <= 1 {
+            prefetch_lines(e.wins.as_ptr().cast(), std::mem::size_of_val(e.wins.as_slice()));
+            for part in [a, b] {
+                // Up to the 8 last buckets of each half of the ring (the newest, which a roll
+                // takes in, are at the end): a few lines at most.
+                let n = part.len().min(8);
+                let tail = &part[part.len() - n..];
+                prefetch_lines(tail.as_ptr().cast(), std::mem::size_of_val(tail));
             }
-            #[cfg(not(target_arch = "x86_64"))]
-            let _ = q;
-            off += 64;
+            return;
+        }
+        for w in &e.wins {
+            if !w.states.is_empty() {
+                prefetch_lines(w.states.as_ptr().cast(), std::mem::size_of_val(w.states.as_slice()));
+            }
+        }
+        if let Some(bk) = b.last().or(a.last()) {
+            prefetch_lines(bk.raw.as_ptr().cast(), std::mem::size_of_val(bk.raw.as_slice()));
+            prefetch_lines(bk.parts.as_ptr().cast(), std::mem::size_of_val(bk.parts.as_slice()));
         }
     }
 
@@ -761,6 +810,30 @@ impl GroupTable {
             return self.read_parts.get(slot).and_then(|p| p.as_ref());
         }
         e.window(view, slot)
+    }
+
+    /// Every slot's window state of key id `id` in view `view` (`window` for all slots at
+    /// once; index by the table's slot with `get`), and the bucket whose raw events they were
+    /// made from in `read_parts` (`i64::MIN`: they are not). Two reads of one key giving the
+    /// same slice and bucket between changes to the table read the same states (plan.rs
+    /// lowers them once for views over the same buckets).
+    pub fn window_states<'a>(&'a self, space: &'a KeySpace, id: u32, view: usize)
+                             -> (Option<&'a [Option<State>]>, i64) {
+        if self.hop.is_none() {
+            if !self.has(id) {
+                return (None, i64::MIN);
+            }
+            return (Some(self.states_of(space, id)), i64::MIN);
+        }
+        let Some(e) = self.entries.get(id as usize).and_then(|e| e.as_ref()) else {
+            return (None, i64::MIN);
+        };
+        if let Some(lo) = e.one_raw(view) {
+            assert!(id == self.read_id && e.ring[lo].idx == self.read_idx
+                    && self.read_tick == self.tick, "a raw bucket read without readable()");
+            return (Some(self.read_parts.as_slice()), self.read_idx);
+        }
+        (e.window_states(view), i64::MIN)
     }
 
     /// The states of key id `id` (a plain table's).
@@ -930,12 +1003,29 @@ impl GroupTable {
 
     /// Every `SWEEP_EVERY` inserts, roll the next live entry after the sweep cursor: O(1),
     /// and a key that stops coming is freed after one pass over the table.
+    /// The inserts in between bring the entry the sweep rolls next into the cache, level by
+    /// level (`prefetch`, `prefetch_deep`): it is a key nobody touched for days, cold.
     pub fn sweep_one(&mut self, b: i64, space: &mut KeySpace) {
         self.sweep_tick = self.sweep_tick.wrapping_add(1);
-        if self.sweep_tick % SWEEP_EVERY != 0 {
-            return;
-        }
         let n = self.entries.len();
+        match self.sweep_tick % SWEEP_EVERY {
+            0 => {}
+            2 => {
+                // The slots the next sweep step looks at (it takes the first live one).
+                let from = (self.sweep + 1).min(n);
+                let to = (from + 4).min(n);
+                let slots = &self.entries[from..to];
+                prefetch_lines(slots.as_ptr().cast(), std::mem::size_of_val(slots));
+                return;
+            }
+            p @ (4 | 6) => {
+                if let Some(id) = self.sweep_next() {
+                    self.prefetch_deep(id, if p == 4 { 1 } else { 2 });
+                }
+                return;
+            }
+            _ => return,
+        }
         for _ in 0..n.min(4) {
             self.sweep = if self.sweep + 1 >= n { 0 } else { self.sweep + 1 };
             if self.entries[self.sweep].is_some() {
@@ -943,6 +1033,19 @@ impl GroupTable {
                 return;
             }
         }
+    }
+
+    /// The entry the next sweep step will roll, if it finds one (as `sweep_one` looks).
+    fn sweep_next(&self) -> Option<u32> {
+        let n = self.entries.len();
+        let mut i = self.sweep;
+        for _ in 0..n.min(4) {
+            i = if i + 1 >= n { 0 } else { i + 1 };
+            if self.entries[i].is_some() {
+                return Some(i as u32);
+            }
+        }
+        None
     }
 
     /// An event of key `id` at `ts` joins its bucket's partial (calendar tables; `value`: what

@@ -2,12 +2,13 @@
 //! states and finalizers, driven by a plan that Python lowers and sends (see plan.rs).
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
-//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `columns` (a batch's typed columns), `outcols` (a batch's values as typed columns), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
+//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `columns` (a batch's typed columns), `outcols` (a batch's values as typed columns), `arrow_ffi` (those columns to pyarrow through the Arrow C data interface), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
 //! ids to states), `slab` (a key space's records, grown without copying), `window` (cursors), `writer` (the reservoir's disk writer thread), `counters` (the reservoir's open-chunk counters, shared with Python), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
 
 mod aggregations;
+mod arrow_ffi;
 mod columns;
 mod counters;
 mod json;
@@ -21,9 +22,31 @@ mod value;
 mod window;
 mod writer;
 
+/// `a / b` as the finalizers divide (`num::div`): for tests holding it to Python's correctly
+/// rounded `int / int` at every operand size.
+#[pyfunction]
+fn exact_ratio(a: num_bigint::BigInt, b: num_bigint::BigInt) -> PyResult<f64> {
+    if b.sign() != num_bigint::Sign::Plus {
+        return Err(pyo3::exceptions::PyValueError::new_err("b must be positive"));
+    }
+    Ok(num::div(&num::Num::norm(a), &num::Num::norm(b)))
+}
+
+/// `a * a / (b * b * b)` as SKEWNESS divides (`num::div_square_by_cube`), for the same tests.
+#[pyfunction]
+fn square_by_cube_ratio(a: num_bigint::BigInt, b: num_bigint::BigInt) -> PyResult<f64> {
+    if b.sign() != num_bigint::Sign::Plus {
+        return Err(pyo3::exceptions::PyValueError::new_err("b must be positive"));
+    }
+    Ok(num::div_square_by_cube(&num::Num::norm(a), &num::Num::norm(b)))
+}
+
 #[pymodule]
 fn railflow_metrics_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(exact_ratio, m)?)?;
+    m.add_function(wrap_pyfunction!(square_by_cube_ratio, m)?)?;
     m.add_class::<plan::StreamCore>()?;
+    m.add_class::<arrow_ffi::Exported>()?;
     m.add_class::<writer::NativeWriter>()?;
     m.add_class::<counters::Counters>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -18,6 +18,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyList, PyString};
 
 use crate::aggregations::Typed;
+use crate::arrow_ffi::{Column, Owned};
 use crate::value::{to_py, Interner, Val};
 
 /// The values of one column (the validity bits are beside it, in `ArrowCol`).
@@ -51,6 +52,19 @@ pub struct ArrowCol {
 pub enum OutCol {
     Obj(Vec<PyObject>),
     Arrow(ArrowCol),
+}
+
+/// Values as little-endian bytes: on a little-endian machine their memory as it is (one copy
+/// into Python's bytes, not a second one through a byte vector made value by value).
+fn le_bytes<T: Copy, const N: usize>(d: &[T], le: impl Fn(&T) -> [u8; N])
+                                     -> std::borrow::Cow<'_, [u8]> {
+    if cfg!(target_endian = "little") && std::mem::size_of::<T>() == N {
+        // SAFETY: `T` is f64, i64 or i32 here: `N` bytes each, no padding, any bits valid as
+        // bytes; the slice borrows `d`.
+        let raw = unsafe { std::slice::from_raw_parts(d.as_ptr().cast::<u8>(), std::mem::size_of_val(d)) };
+        return std::borrow::Cow::Borrowed(raw);
+    }
+    std::borrow::Cow::Owned(d.iter().flat_map(le).collect())
 }
 
 const I64_AS_F64_MAX: f64 = 9_223_372_036_854_775_808.0; // 2**63
@@ -281,6 +295,26 @@ impl ArrowCol {
 }
 
 impl OutCol {
+    /// The column's buffers, moved as they are, for the Arrow C data interface (arrow_ffi.rs;
+    /// the same arrays `into_py`'s buffers make). None for a list.
+    pub fn into_ffi(self) -> Option<Column> {
+        let c = match self {
+            OutCol::Obj(_) => return None,
+            OutCol::Arrow(c) => c,
+        };
+        let valid = (c.nulls > 0).then_some(Owned::U8(c.valid));
+        let (format, data) = match c.buf {
+            Buf::F(d) => ("g", vec![Owned::F64(d)]),
+            Buf::I(d) => ("l", vec![Owned::I64(d)]),
+            Buf::B(b) => ("b", vec![Owned::U8(b)]),
+            Buf::S(o, d) => ("u", vec![Owned::I32(o), Owned::U8(d)]),
+            Buf::N => return Some(Column { format: "n", length: c.n, nulls: c.n, buffers: vec![] }),
+        };
+        let mut buffers = vec![valid];
+        buffers.extend(data.into_iter().map(Some));
+        Some(Column { format, length: c.n, nulls: c.nulls, buffers })
+    }
+
     pub fn misfit(&self) -> Option<usize> {
         match self {
             OutCol::Arrow(c) => c.misfit,
@@ -304,17 +338,17 @@ impl OutCol {
         let valid = bytes(&c.valid);
         let t = match &c.buf {
             Buf::F(d) => {
-                let raw: Vec<u8> = d.iter().flat_map(|x| x.to_le_bytes()).collect();
-                ("f8", bytes(&raw), valid, c.nulls).into_pyobject(py)?.into_any().unbind()
+                let raw = le_bytes(d, |x| x.to_le_bytes());
+                ("f8", bytes(&raw[..]), valid, c.nulls).into_pyobject(py)?.into_any().unbind()
             }
             Buf::I(d) => {
-                let raw: Vec<u8> = d.iter().flat_map(|x| x.to_le_bytes()).collect();
-                ("i8", bytes(&raw), valid, c.nulls).into_pyobject(py)?.into_any().unbind()
+                let raw = le_bytes(d, |x| x.to_le_bytes());
+                ("i8", bytes(&raw[..]), valid, c.nulls).into_pyobject(py)?.into_any().unbind()
             }
             Buf::B(b) => ("b", bytes(b), valid, c.nulls).into_pyobject(py)?.into_any().unbind(),
             Buf::S(o, data) => {
-                let raw: Vec<u8> = o.iter().flat_map(|x| x.to_le_bytes()).collect();
-                ("s", bytes(&raw), bytes(data), valid, c.nulls).into_pyobject(py)?.into_any().unbind()
+                let raw = le_bytes(o, |x| x.to_le_bytes());
+                ("s", bytes(&raw[..]), bytes(data), valid, c.nulls).into_pyobject(py)?.into_any().unbind()
             }
             Buf::N => ("n", c.n).into_pyobject(py)?.into_any().unbind(),
         };

@@ -11,12 +11,19 @@
 //! row keeps the ids it got (`Row::kids`, with their generation): the windows inserting it
 //! after the first and the heads evicting it later index their tables by id, without hashing
 //! the key again. An id whose key was freed since (its generation moved on) is looked up anew.
+//! A batch looks up the keys of a row a few rows before its turn (`Core::find_ahead`) and asks
+//! the CPU for their states meanwhile, level by level: W2's keys come back a day later, cold.
+//!
+//! Outputs are finalized from each output's window states, resolved once per output. An
+//! output over the same table and metrics as the one before it, whose key's states are the
+//! very same (W2's 7, 28, 182 and 392-day views while they cover the same days), takes that
+//! output's values instead of finalizing them again (`Output::same_as_prev`).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
-use crate::aggregations::{lower as finalize, lower_scalar, lower_typed, Func, Kind, State};
+use crate::aggregations::{lower as finalize, lower_scalar, lower_typed, Func, Kind, State, Typed};
 use crate::keyed::{GroupTable, Hop, Input, KeySpace, View};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
@@ -73,6 +80,35 @@ struct Output {
     window: usize,
     pred: Option<usize>,
     metrics: Vec<(Py<PyString>, usize, Func)>,
+    /// The previous output reads the same table with the same (slot, function) list: when,
+    /// for an event, its key's window states are the very ones the previous output read
+    /// (W2's calendar views over the same days share them), its values are the previous
+    /// output's, taken again instead of lowered anew.
+    same_as_prev: bool,
+}
+
+/// Which states an output read for an event (`states_id`): equal for two outputs of one
+/// table and event only when they read the same states.
+type StatesId = (usize, usize, i64);
+
+fn states_id(states: Option<&[Option<State>]>, tag: i64) -> StatesId {
+    match states {
+        None => (0, 0, tag),
+        Some(s) => (s.as_ptr() as usize, s.len(), tag),
+    }
+}
+
+/// Slot `slot`'s state among an output's window states.
+fn slot_state(states: Option<&[Option<State>]>, slot: usize) -> Option<&State> {
+    states.and_then(|s| s.get(slot)).and_then(|s| s.as_ref())
+}
+
+/// One metric's value as a batch's column takes it, kept for an output that reads the same
+/// states (`Output::same_as_prev`).
+enum Low {
+    T(Typed),
+    V(Val),
+    O(PyObject),
 }
 
 #[derive(Default, Clone)]
@@ -181,11 +217,46 @@ impl Core {
         }
     }
 
-    /// Slot `slot` (the table's) of group `g`'s window state of key id `id`.
-    fn window(&self, g: usize, id: u32, slot: usize) -> Option<&State> {
+    /// Look up the key ids of a row still to come (`vals`: its lowered values) into `out`,
+    /// and ask the CPU for every table's place of each key found: keys last touched long ago
+    /// (W2's calendar keys, a day earlier) are then on their way while the rows before are
+    /// ingested, instead of missing one after another when the row's turn comes. Changes
+    /// nothing; an id found is checked again (its generation) when the row uses it.
+    fn find_ahead(&mut self, vals: &[Val], out: &mut [KeyRef]) {
+        for (s, o) in out.iter_mut().enumerate().take(self.spaces.len()) {
+            self.key.clear();
+            self.key.extend(self.space_fields[s].iter().map(|&f| vals[f]));
+            let space = &self.spaces[s];
+            *o = match space.find(&self.key) {
+                Some(id) => {
+                    for t in self.tables.iter().filter(|t| t.space == s) {
+                        t.prefetch(space, id);
+                    }
+                    KeyRef { id, gen: space.gen(id) }
+                }
+                None => NO_KEY,
+            };
+        }
+    }
+
+    /// `GroupTable::prefetch_deep` at level `deep` in every calendar table, for the key ids
+    /// a row still to come was found to have (`find_ahead`).
+    fn prefetch_ahead(&self, kids: &[KeyRef], deep: u8) {
+        for t in self.tables.iter().filter(|t| t.hop.is_some()) {
+            let r = kids[t.space];
+            if r.id != u32::MAX && self.spaces[t.space].valid(r.id, r.gen) {
+                t.prefetch_deep(r.id, deep);
+            }
+        }
+    }
+
+    /// Group `g`'s window states of key id `id`, every slot (index by the table's slot),
+    /// and what tells them apart (see `GroupTable::window_states`). None: no entry.
+    fn states(&self, entry: Option<(usize, u32)>) -> (Option<&[Option<State>]>, i64) {
+        let Some((g, id)) = entry else { return (None, i64::MIN) };
         let (t, v) = self.groups[g];
         let tb = &self.tables[t];
-        tb.window(&self.spaces[tb.space], id, v, slot)
+        tb.window_states(&self.spaces[tb.space], id, v)
     }
 
     /// The entry of the row's key in group `g`'s table as of time `t` (a calendar table rolls
@@ -291,7 +362,17 @@ pub struct StreamCore {
     /// (`json::prefetch_values`); settable for the benchmarks' A/B in one run.
     #[pyo3(get, set)]
     prefetch_events: bool,
+    /// Outputs whose values were the previous output's (`Output::same_as_prev`; a debug
+    /// counter for tests).
+    reused: u64,
+    /// Whether `ingest_arrays` looks up the keys of the row `AHEAD` rows on (`find_ahead`);
+    /// settable for the benchmarks' A/B in one run.
+    #[pyo3(get, set)]
+    look_ahead: bool,
 }
+
+/// Rows on that `ingest_arrays` looks up keys for (`Core::find_ahead`).
+const AHEAD: usize = 3;
 
 /// The reservoir's open chunk while a batch goes in: kept here, written back to the Python
 /// reservoir (`write_back`) when the chunk closes and when the batch ends. A row's event is
@@ -663,29 +744,87 @@ impl StreamCore {
         self.begin_batch(py)?;
         let mut start = 0;
         let mut run = || -> PyResult<()> {
+            // The last output's values as lowered for columns (see `Output::same_as_prev`).
+            let mut low: Vec<Low> = vec![];
+            // Key ids found ahead (`find_ahead`): row i's in slot i % (AHEAD + 1).
+            let kw = self.core.spaces.len();
+            let mut ahead: Vec<KeyRef> = vec![NO_KEY; (AHEAD + 1) * kw];
             for i in 0..n {
                 let t = clamped[i];
+                let mine = (i % (AHEAD + 1)) * kw;
                 self.cur.vals.copy_from_slice(&vals[i * width..(i + 1) * width]);
                 self.cur.preds.copy_from_slice(&flags[i * pwidth..(i + 1) * pwidth]);
-                self.cur.kids.fill(NO_KEY);
+                self.cur.kids.copy_from_slice(&ahead[mine..mine + kw]);
+                ahead[mine..mine + kw].fill(NO_KEY);
+                if self.look_ahead {
+                    if i + AHEAD < n {
+                        // Row i + AHEAD's slot: the one row i - 1 used.
+                        let next = ((i + AHEAD) % (AHEAD + 1)) * kw;
+                        self.core.find_ahead(&vals[(i + AHEAD) * width..(i + AHEAD + 1) * width],
+                                             &mut ahead[next..next + kw]);
+                    }
+                    // The rows in between go one level deeper into their calendar entries
+                    // (whose lines the levels before brought in).
+                    for (d, deep) in [(2, 1), (1, 2)] {
+                        if i + d < n {
+                            let at = ((i + d) % (AHEAD + 1)) * kw;
+                            self.core.prefetch_ahead(&ahead[at..at + kw], deep);
+                        }
+                    }
+                }
                 self.blob.clear();
                 self.blob.extend_from_slice(&blobs[start..ends[i]]);
                 start = ends[i];
                 self.take(py, t)?;
                 let mut c = 0;
+                let mut last: StatesId = (0, 0, 0);
                 for o in &self.outputs {
                     let entry = self.core.read(o.table, &mut self.cur, t);
+                    let (states, tag) = self.core.states(entry);
+                    let here = states_id(states, tag);
+                    let again = o.same_as_prev && here == last;
+                    last = here;
+                    let m = o.metrics.len();
+                    if again {
+                        self.reused += 1;
+                        // The previous output's values, pushed again (its columns are m back).
+                        for j in 0..m {
+                            if let OutCol::Obj(p) = &out_cols[c + j - m] {
+                                let v = p.last().expect("the previous output's value").clone_ref(py);
+                                if let OutCol::Obj(col) = &mut out_cols[c + j] {
+                                    col.push(v);
+                                }
+                            } else if let OutCol::Arrow(col) = &mut out_cols[c + j] {
+                                match &low[j] {
+                                    Low::T(x) => col.push_typed(*x),
+                                    Low::V(v) => col.push_val(py, *v, &self.strings),
+                                    Low::O(v) => col.push_obj(v.clone_ref(py), py),
+                                }
+                            }
+                        }
+                        c += m;
+                        continue;
+                    }
+                    low.clear();
                     for (_, slot, func) in &o.metrics {
-                        let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
+                        let st = slot_state(states, *slot);
                         match &mut out_cols[c] {
                             OutCol::Obj(v) => v.push(finalize(py, *func, st, t, &self.strings)),
-                            OutCol::Arrow(col) => match lower_typed(*func, st, t) {
-                                Some(x) => col.push_typed(x),
-                                None => match lower_scalar(*func, st) {
-                                    Some(v) => col.push_val(py, v, &self.strings),
-                                    None => col.push_obj(finalize(py, *func, st, t, &self.strings), py),
-                                },
-                            },
+                            OutCol::Arrow(col) => {
+                                let l = match lower_typed(*func, st, t) {
+                                    Some(x) => Low::T(x),
+                                    None => match lower_scalar(*func, st) {
+                                        Some(v) => Low::V(v),
+                                        None => Low::O(finalize(py, *func, st, t, &self.strings)),
+                                    },
+                                };
+                                match &l {
+                                    Low::T(x) => col.push_typed(*x),
+                                    Low::V(v) => col.push_val(py, *v, &self.strings),
+                                    Low::O(v) => col.push_obj(v.clone_ref(py), py),
+                                }
+                                low.push(l);
+                            }
                         }
                         c += 1;
                     }
@@ -702,6 +841,20 @@ impl StreamCore {
         // back as its list, and plan.py raises (the batch has gone in).
         let misfits: Vec<(Py<PyString>, usize)> = onames.iter().zip(&out_cols)
             .filter_map(|(nm, c)| c.misfit().map(|r| (nm.clone_ref(py), r))).collect();
+        if kinds.is_some() && misfits.is_empty() && n > 0 {
+            // Every column as one record batch through the C data interface (arrow_ffi.rs),
+            // when the names can be its fields' (distinct).
+            let texts: Vec<String> = onames.iter().map(|nm| nm.bind(py).to_string()).collect();
+            let mut sorted: Vec<&String> = texts.iter().collect();
+            sorted.sort();
+            if sorted.windows(2).all(|w| w[0] != w[1]) {
+                let columns = texts.into_iter().zip(out_cols)
+                    .map(|(nm, c)| (nm, c.into_ffi().expect("an Arrow column")))
+                    .collect();
+                let batch = crate::arrow_ffi::Exported::new(columns, n);
+                return Ok((batch, misfits).into_pyobject(py)?.into_any());
+            }
+        }
         let out = PyDict::new(py);
         for (nm, col) in onames.iter().zip(out_cols) {
             out.set_item(nm.bind(py), col.into_py(py, &self.strings, !misfits.is_empty())?)?;
@@ -1052,7 +1205,8 @@ impl StreamCore {
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
             chunk_map: Chunks::default(), batch: None, scratch: Default::default(), npreds: None,
             trim_due: false, ojson: vec![b'['], template: None,
-            json_keys: Default::default(), prefetch_events: true,
+            json_keys: Default::default(), prefetch_events: true, reused: 0,
+            look_ahead: true,
         })
     }
 
@@ -1229,7 +1383,12 @@ impl StreamCore {
             let metrics = metrics.into_iter()
                 .map(|(n, s, f)| Ok((n, tables[ti].slot_of(v, s), Func::parse(&f)?)))
                 .collect::<PyResult<Vec<_>>>()?;
-            outs.push(Output { table: g, key_fields, window, pred, metrics });
+            // Same table and (slot, function) list as the previous output: see `same_as_prev`.
+            let same_as_prev = outs.last().is_some_and(|p: &Output| {
+                group_refs[p.table].0 == ti && p.metrics.len() == metrics.len()
+                    && p.metrics.iter().zip(&metrics).all(|(a, b)| a.1 == b.1 && a.2 == b.2)
+            });
+            outs.push(Output { table: g, key_fields, window, pred, metrics, same_as_prev });
         }
         // Tables that left the plan give their keys back to the spaces that stay.
         for mut t in old_tables.into_iter().flatten() {
@@ -1283,13 +1442,26 @@ impl StreamCore {
         self.step(py, event, ts)?;
         let (template, distinct) = self.template(py)?;
         let out = template.copy()?;
+        // The last output's values (see `Output::same_as_prev`).
+        let mut vals: Vec<Bound<'py, PyAny>> = vec![];
+        let mut last: StatesId = (0, 0, 0);
         for o in &self.outputs {
             let entry = self.core.read(o.table, &mut self.cur, ts);
-            for (name, slot, func) in &o.metrics {
-                let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
-                // Bound: dropped with a plain decref (a `Py` dropped asks whether the GIL
-                // is held first, 405 times an event).
-                let v = finalize(py, *func, st, ts, &self.strings).into_bound(py);
+            let (states, tag) = self.core.states(entry);
+            let here = states_id(states, tag);
+            if o.same_as_prev && here == last {
+                self.reused += 1;
+            } else {
+                vals.clear();
+                for (_, slot, func) in &o.metrics {
+                    // Bound: dropped with a plain decref (a `Py` dropped asks whether the GIL
+                    // is held first, 405 times an event).
+                    vals.push(finalize(py, *func, slot_state(states, *slot), ts, &self.strings)
+                        .into_bound(py));
+                }
+            }
+            last = here;
+            for ((name, _, _), v) in o.metrics.iter().zip(&vals) {
                 // None is there already (unless a later output of the same name set a value).
                 if !distinct || !v.is_none() {
                     out.set_item(name.bind(py), v)?;
@@ -1384,11 +1556,23 @@ impl StreamCore {
             start = ends[i];
             self.take(py, t)?;
             let mut c = 0;
+            let mut last: StatesId = (0, 0, 0);
             for o in &self.outputs {
                 let entry = self.core.read(o.table, &mut self.cur, t);
+                let (states, tag) = self.core.states(entry);
+                let here = states_id(states, tag);
+                let again = o.same_as_prev && here == last;
+                last = here;
+                self.reused += again as u64;
+                let m = o.metrics.len();
                 for (_, slot, func) in &o.metrics {
-                    let st = entry.and_then(|(t, id)| self.core.window(t, id, *slot));
-                    out_cols[c].push(finalize(py, *func, st, t, &self.strings));
+                    let v = if again {
+                        // The previous output's value (its columns are m back).
+                        out_cols[c - m].last().expect("the previous output's value").clone_ref(py)
+                    } else {
+                        finalize(py, *func, slot_state(states, *slot), t, &self.strings)
+                    };
+                    out_cols[c].push(v);
                     c += 1;
                 }
             }
@@ -1407,6 +1591,9 @@ impl StreamCore {
     /// RECENT; plan.py `value_kind`): every metric comes back as a column (outcols.rs), and
     /// the call returns `(values, misfits)`: `misfits` lists (metric, first row) of the
     /// values their column could not hold exactly (then the field-typed columns are lists).
+    /// With no misfit (and distinct metric names, rows > 0), `values` is instead one record
+    /// batch of all the columns, exported through the Arrow C data interface (`Exported`:
+    /// import it with `pyarrow.RecordBatch._import_from_c(*values.addresses())`).
     #[pyo3(signature = (names, cols, ts, kinds=None))]
     fn ingest_arrays<'py>(&mut self, py: Python<'py>, names: Vec<Py<PyString>>,
                           cols: Vec<Bound<'py, PyTuple>>, ts: &[u8],
@@ -1505,6 +1692,11 @@ impl StreamCore {
             }
         }
         Ok(())
+    }
+
+    /// Outputs that took the previous output's values (a debug counter for tests).
+    fn reused_reads(&self) -> u64 {
+        self.reused
     }
 
     /// Bucket operations the calendar windows' rolls have done (a debug counter for tests).
