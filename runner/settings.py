@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     # behind it on a Unix socket for every other route.
     server: Literal["uvicorn", "granian", "native"] = "uvicorn"
     native_http_threads: int = Field(default=1, ge=1, le=64)  # the native front's runtime
+    # How an order reaches Python there: batches taken by one Python thread, or a call on the
+    # runtime's thread that read it (docs/http-server.md).
+    native_http_handoff: Literal["batch", "direct"] = "direct"
     hot_path: bool = True
     # Under uvicorn, orders are served below ASGI (``runner.api.transport``): no task, no
     # receive/send per order. Off only to measure the gain.

@@ -63,11 +63,13 @@ class NativeFront:
     then ``port`` says which), forwarding to the HTTP server on the Unix socket ``upstream``;
     ``close()`` stops it."""
 
-    def __init__(self, host: str, port: int, upstream: str, threads: int = 1) -> None:
+    def __init__(self, host: str, port: int, upstream: str, threads: int = 1,
+                 handoff: str = "batch") -> None:
         self.host = host
         self.port = port
         self.upstream = upstream
         self.threads = threads
+        self.handoff = handoff
         self._front: Any = None
         self._drainer: threading.Thread | None = None
         self._waits: asyncio.AbstractEventLoop | None = None
@@ -78,14 +80,16 @@ class NativeFront:
         waits = self._waits = asyncio.new_event_loop()
         threading.Thread(target=waits.run_forever, name="http-native-waits",
                          daemon=True).start()
+        direct = self.handoff == "direct"
         self._front = front = native.Front(self.host, self.port, self.upstream, EVENTS_PATH,
                                            limits.body_bytes_max(EVENTS_PATH),
-                                           (status, headers, body),
-                                           self.threads)
+                                           (status, headers, body), self.threads,
+                                           _server_of(hot, waits) if direct else None)
         self.port = front.port
-        self._drainer = threading.Thread(target=_drain, args=(front, hot, waits),
-                                         name="http-native-py", daemon=True)
-        self._drainer.start()
+        if not direct:
+            self._drainer = threading.Thread(target=_drain, args=(front, hot, waits),
+                                             name="http-native-py", daemon=True)
+            self._drainer.start()
 
     def close(self) -> None:
         front, self._front = self._front, None
@@ -98,21 +102,33 @@ class NativeFront:
             self._waits.call_soon_threadsafe(self._waits.stop)
 
 
+def _server_of(hot: HotPath, waits: asyncio.AbstractEventLoop) -> Any:
+    """``serve(reply, authorization, content_type, body)``: one hot request through
+    ``HotPath.serve_order`` (the node's thread answers it), or forwarded."""
+    serve_order = hot.serve_order
+
+    def serve(reply: Any, authorization: str | None, content_type: str | None,
+              body: bytes) -> None:
+        try:
+            if not serve_order(b"", authorization, content_type, body, reply.respond, waits):
+                reply.forward()
+        except Exception:  # noqa: BLE001 - one request's failure must not stop the front
+            log.exception("serving an order failed")
+            reply.respond(*INTERNAL_ERROR)
+
+    return serve
+
+
 def _drain(front: Any, hot: HotPath, waits: asyncio.AbstractEventLoop) -> None:
-    """The Python thread of the front: takes the hot requests in batches and serves each
-    through ``HotPath.serve_order`` (the node's thread answers it) or forwards it."""
-    serve = hot.serve_order
+    """The Python thread of the front (``batch`` hand-off): takes the hot requests in
+    batches and serves each."""
+    serve = _server_of(hot, waits)
     while True:
         batch = front.next_batch(batch_max, 1.0)
         if batch is None:
             return
-        for reply, authorization, content_type, body in batch:
-            try:
-                if not serve(b"", authorization, content_type, body, reply.respond, waits):
-                    reply.forward()
-            except Exception:  # noqa: BLE001 - one request's failure must not stop the front
-                log.exception("serving an order failed")
-                reply.respond(*INTERNAL_ERROR)
+        for request in batch:
+            serve(*request)
 
 
 class _Server(uvicorn.Server):
@@ -147,7 +163,8 @@ def serve_native(service: Any, settings: Any, log_level: str) -> None:
     sock_dir = tempfile.mkdtemp(prefix="railflow-http-")  # 0700: only this user gets in
     path = os.path.join(sock_dir, "app.sock")
     app = create_app(service, on_started=gcpolicy.settle)
-    front = NativeFront(settings.host, settings.port, path, settings.native_http_threads)
+    front = NativeFront(settings.host, settings.port, path, settings.native_http_threads,
+                        settings.native_http_handoff)
     config = uvicorn.Config(app, uds=path, http=HttpToolsProtocol, loop="uvloop",
                             log_level=log_level, access_log=False, proxy_headers=True,
                             forwarded_allow_ips="*", server_header=False, date_header=False,

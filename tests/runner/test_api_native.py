@@ -4,8 +4,9 @@ Two embedded nodes run as ``railflow serve --http <server>`` processes, one per 
 answer must be the same from both (orders, the 4xx naming the field, 401, 413, the OpenAPI
 document and other forwarded routes), the front must keep connections alive, answer pipelined
 requests in order, survive clients that go away early and bad input (never a 500). One more
-node runs in this process to show which way each request took: an order served by the front's
-Python thread, what it declines and every other route by uvicorn behind it.
+node runs in this process to show which way each request took: an order served by the front
+(handed to Python in batches or by a call per request), what it declines and every other route
+by uvicorn behind it.
 """
 
 from __future__ import annotations
@@ -322,14 +323,15 @@ class _Seen:
         return served
 
 
-def test_orders_are_served_by_the_front_the_rest_by_uvicorn(tmp_path):
+@pytest.mark.parametrize("handoff", ["batch", "direct"])
+def test_orders_are_served_by_the_front_the_rest_by_uvicorn(tmp_path, handoff):
     settings = Settings(data_dir=tmp_path, port=free_base_port(1),
                         request_deadline_ms_default=1000)
     app = create_app(settings=settings)
     seen = app.hot = _Seen(app.hot)
     sock_dir = tempfile.mkdtemp(prefix="rf-test-")
     path = os.path.join(sock_dir, "app.sock")
-    front = native.NativeFront("127.0.0.1", 0, path)
+    front = native.NativeFront("127.0.0.1", 0, path, handoff=handoff)
     config = uvicorn.Config(app, uds=path, http=HttpToolsProtocol, loop="asyncio",
                             log_level="warning", access_log=False, proxy_headers=True,
                             forwarded_allow_ips="*")

@@ -14,7 +14,7 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENG
 use hyper::StatusCode;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyString};
 use tokio::sync::oneshot;
 
 /// An answer made in Python: status, headers (framing ones left out: the server frames the
@@ -44,6 +44,15 @@ impl Answer {
             map.append(name, value);
         }
         Ok(Answer { status, headers: map, body: Bytes::copy_from_slice(body) })
+    }
+}
+
+/// A header value as Python's ASGI servers give it: its bytes as Latin-1 text.
+pub fn latin1<'py>(py: Python<'py>, value: &HeaderValue) -> Bound<'py, PyString> {
+    let bytes = value.as_bytes();
+    match std::str::from_utf8(bytes) {
+        Ok(s) if s.is_ascii() => PyString::new(py, s),
+        _ => PyString::new(py, &bytes.iter().map(|&b| b as char).collect::<String>()),
     }
 }
 

@@ -26,7 +26,7 @@ mod handoff;
 mod server;
 mod upstream;
 
-use handoff::{Answer, Queue, Reply};
+use handoff::{latin1, Answer, Queue, Reply};
 use server::Shared;
 
 /// The front end. Built listening; `close` stops it.
@@ -41,15 +41,6 @@ struct Front {
     port: u16,
 }
 
-/// A header value as Python's ASGI servers give it: its bytes as Latin-1 text.
-fn latin1<'py>(py: Python<'py>, value: &hyper::header::HeaderValue) -> Bound<'py, PyString> {
-    let bytes = value.as_bytes();
-    match std::str::from_utf8(bytes) {
-        Ok(s) if s.is_ascii() => PyString::new(py, s),
-        _ => PyString::new(py, &bytes.iter().map(|&b| b as char).collect::<String>()),
-    }
-}
-
 type Batch<'py> = Vec<(Py<Reply>, Option<Bound<'py, PyString>>, Option<Bound<'py, PyString>>,
                        Bound<'py, PyBytes>)>;
 
@@ -57,12 +48,16 @@ type Batch<'py> = Vec<(Py<Reply>, Option<Bound<'py, PyString>>, Option<Bound<'py
 impl Front {
     /// Listen on `host:port` (0: any free port, see `port`) and forward what is not hot to
     /// the HTTP server on the Unix socket `upstream`. `POST hot_path` bodies past `body_max`
-    /// bytes are answered `too_large` (status, headers, body) unread.
+    /// bytes are answered `too_large` (status, headers, body) unread. With a `handler`,
+    /// each hot request is handed to `handler(reply, authorization, content_type, body)` on
+    /// the runtime's thread that read it; without, they wait for `next_batch`.
     #[new]
-    #[pyo3(signature = (host, port, upstream, hot_path, body_max, too_large, threads = 1))]
+    #[pyo3(signature = (host, port, upstream, hot_path, body_max, too_large, threads = 1,
+                        handler = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new<'py>(host: &str, port: u16, upstream: PathBuf, hot_path: String, body_max: usize,
-                too_large: (u16, Bound<'py, PyAny>, Bound<'py, PyBytes>), threads: usize)
-                -> PyResult<Self> {
+                too_large: (u16, Bound<'py, PyAny>, Bound<'py, PyBytes>), threads: usize,
+                handler: Option<Py<PyAny>>) -> PyResult<Self> {
         let too_large = Answer::from_py(too_large.0, &too_large.1, too_large.2.as_bytes())?;
         let addr = (host, port).to_socket_addrs()
             .map_err(|e| PyOSError::new_err(format!("{host}:{port}: {e}")))?
@@ -84,6 +79,7 @@ impl Front {
                 .map_err(|e| PyOSError::new_err(e.to_string()))?
         };
         let shared = Arc::new(Shared {
+            handler,
             queue: Queue::default(),
             upstream: Arc::new(upstream::Upstream::new(upstream)),
             hot_path,

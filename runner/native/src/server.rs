@@ -18,10 +18,12 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::handoff::{Answer, Outcome, Pending, Queue};
+use crate::handoff::{latin1, Answer, Outcome, Pending, Queue, Reply};
 use crate::upstream::Upstream;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -30,6 +32,9 @@ pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Shared {
+    /// Called per hot request on the runtime's thread, `handler(reply, authorization,
+    /// content_type, body)`; None: requests go through `queue` to a Python thread instead.
+    pub handler: Option<Py<PyAny>>,
     pub queue: Queue,
     pub upstream: Arc<Upstream>,
     pub hot_path: String,
@@ -131,9 +136,15 @@ async fn hot(shared: &Arc<Shared>, peer: SocketAddr, req: Request<Incoming>)
         body: body.clone(),
         tx,
     };
-    let outcome = match shared.queue.push(pending) {
-        Ok(()) => rx.await.ok(),
-        Err(_) => Some(Outcome::Forward), // closing: the application's server still answers
+    let outcome = match &shared.handler {
+        Some(handler) => {
+            call_python(handler, pending);
+            rx.await.ok()
+        }
+        None => match shared.queue.push(pending) {
+            Ok(()) => rx.await.ok(),
+            Err(_) => Some(Outcome::Forward), // closing: the application's server answers
+        },
     };
     Ok(match outcome {
         Some(Outcome::Answer(answer)) => answered(answer),
@@ -143,4 +154,36 @@ async fn hot(shared: &Arc<Shared>, peer: SocketAddr, req: Request<Incoming>)
         }
         None => text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error"),
     })
+}
+
+thread_local! {
+    static PYTHON_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Hand one request to Python on this thread (the GIL taken for the call alone). The thread
+/// keeps a Python thread state from its first call on, so each later call only takes and
+/// releases the GIL. A failure of the handler is printed; the reply it dropped answers 500.
+fn call_python(handler: &Py<PyAny>, p: Pending) {
+    PYTHON_THREAD.with(|registered| {
+        if !registered.get() {
+            // SAFETY: the interpreter runs (this module was imported) and this thread holds
+            // no GIL: take a thread state and the GIL, then release the GIL and keep the
+            // state (its count stays 1, so later `with_gil` calls neither make nor drop it).
+            unsafe {
+                pyo3::ffi::PyGILState_Ensure();
+                pyo3::ffi::PyEval_SaveThread();
+            }
+            registered.set(true);
+        }
+    });
+    Python::with_gil(|py| {
+        let auth = p.authorization.as_ref().map(|v| latin1(py, v));
+        let ctype = p.content_type.as_ref().map(|v| latin1(py, v));
+        let called = Py::new(py, Reply::new(p.tx)).and_then(|reply| {
+            handler.call1(py, (reply, auth, ctype, PyBytes::new(py, &p.body)))
+        });
+        if let Err(e) = called {
+            e.print(py);
+        }
+    });
 }
