@@ -9,7 +9,9 @@ samples each process (``--threads --idle --native``: all threads, idle frames ke
 thread's waits are visible; they are left out of the table). Prints, per node, each thread's
 CPU µs per order from the kernel over as many orders before the sampling (a follower's counted
 once it applied them all; threads without a Python frame, librdkafka's, by the kernel's thread
-name), the HTTP thread's busy samples by stage of an order (``HTTP_STAGES``: decode, auth,
+name) and, before the orders, each thread's CPU per second over ``--idle-s`` seconds without
+any (a node's idle CPU is part of every order's figure: 1 % of a core is 20 µs per order at
+500/s), the HTTP thread's busy samples by stage of an order (``HTTP_STAGES``: decode, auth,
 submit hand-off, settle wakeup, run views, reply send, uvicorn's own), the share of the samples
 that were on CPU and the top frames; the folded stacks stay in
 ``--raw`` (one file per node with ``--cluster``). Noisy on a shared machine: read the
@@ -201,9 +203,11 @@ def _spy(spy: str, pid: int, raw: Path, duration_s: float, args) -> subprocess.P
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def thread_table(pid: int, before: dict, after: dict, raw: Path, ok: int) -> str:
-    """CPU µs per order of each thread; threads py-spy did not name (no Python frame) are
-    summed by the kernel's thread name, digits dropped (``rdk:broker*``)."""
+def thread_table(pid: int, before: dict, after: dict, raw: Path, ok: int,
+                 unit: str = "order") -> str:
+    """CPU µs per order (per ``unit``: ``ok`` of them) of each thread; threads py-spy did not
+    name (no Python frame) are summed by the kernel's thread name, digits dropped
+    (``rdk:broker*``)."""
     names = _thread_names(raw)
     rows: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0])
     for tid, (user, system) in after.items():
@@ -214,7 +218,7 @@ def thread_table(pid: int, before: dict, after: dict, raw: Path, ok: int) -> str
         rows[name][1] += system
     per = 1e6 / max(ok, 1)
     total = sum(u + s for u, s in rows.values())
-    out = [f"CPU µs per order by thread, user + system (the kernel's per-thread times, 10 ms "
+    out = [f"CPU µs per {unit} by thread, user + system (the kernel's per-thread times, 10 ms "
            f"ticks); total {total * per:.0f}:"]
     for name, (user, system) in sorted(rows.items(), key=lambda kv: -sum(kv[1])):
         if user + system > 0:
@@ -245,6 +249,9 @@ def profile(pids: dict[str, int], raws: dict[str, Path], url: str, key: str, arg
     native frames), and work that piles up meanwhile is done in larger batches, cheaper per
     order. ``caught_up()`` waits until every node applied the orders, so that a follower's
     CPU for them is all counted."""
+    idle_before = {role: _thread_cpu(pid) for role, pid in pids.items()}
+    time.sleep(args.idle_s)
+    idle_after = {role: _thread_cpu(pid) for role, pid in pids.items()}
     before, after, ok = _cpu_over_orders(pids, url, key, args, 2, caught_up)
     spy = _py_spy()
     spies = {role: _spy(spy, pid, raws[role], args.orders / args.rate, args)
@@ -261,6 +268,11 @@ def profile(pids: dict[str, int], raws: dict[str, Path], url: str, key: str, arg
               f"{(after[role][0] - before[role][0]) * per:.0f} µs, while sampled {sampled:.0f} "
               f"(noisy); stacks in {raws[role]}")
         print(thread_table(pid, before[role][1], after[role][1], raws[role], ok))
+        # What the node spends with no order at all: part of every order's figure above
+        # (bench/api_cost.py's cpu_us_per_order counts it too), at ``--rate`` orders a second.
+        print(f"idle, before the orders ({args.idle_s:.0f} s): "
+              + thread_table(pid, idle_before[role], idle_after[role], raws[role],
+                             max(1, round(args.idle_s)), "second"))
         print(http_stages(raws[role]))
         if args.server == "native":  # the front's Python thread (its runtime is native)
             print(http_stages(raws[role], "http-native-py"))
@@ -273,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=500)
     parser.add_argument("--sample-rate", type=int, default=200)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--idle-s", type=float, default=10.0,
+                        help="seconds without orders, before them, over which each thread's "
+                             "idle CPU is read")
     parser.add_argument("--raw", type=Path, default=Path("prof.txt"),
                         help="py-spy's folded stacks; with --cluster one file per node, "
                              "named <stem>-leader<suffix> and <stem>-follower<suffix>")
