@@ -12,6 +12,7 @@ how much of apply is the engine. No HTTP, no log I/O: ``bench/api_cost.py`` meas
     .venv/bin/python bench/apply_cost.py --quick      # a glance (noisy)
     .venv/bin/python bench/apply_cost.py --profile    # where the CPU goes (cProfile, top 25)
     .venv/bin/python bench/apply_cost.py --serving-gc # the collector as a serving node sets it
+    .venv/bin/python bench/apply_cost.py --store      # + the run-store writer's work per run
     .venv/bin/python bench/apply_cost.py --app        # W3 scored by an outside app: each
                                                       # order that called it is followed by
                                                       # its AppCompleted
@@ -69,8 +70,8 @@ class Feed:
         self.offset += 1
 
 
-def build_feed(orders: int, seed: int, app: bool = False,
-               answer_all: bool = False) -> tuple[Feed, int, list[dict]]:
+def build_feed(orders: int, seed: int, app: bool = False, answer_all: bool = False,
+               confirm_every: int = confirm_every_orders) -> tuple[Feed, int, list[dict]]:
     """Setup entries, warm-up orders, measured orders (with batched confirmations). With
     ``app`` the score node calls an outside app, and the answer (the demo model's score) of
     each order that called it follows as an ``AppCompleted`` entry 5 ms of log time later
@@ -103,7 +104,7 @@ def build_feed(orders: int, seed: int, app: bool = False,
                 "result": {"payment_abuse": float(demo_score(order["data"]))}}, ts + 5)
             offset = feed.offset - 1  # the version the store gets once the run moved on
         pending.append([run_id, offset])
-        if len(pending) == confirm_every_orders:
+        if len(pending) == confirm_every:
             feed.add(entries.EFFECTS_DONE, {"stored": pending, "outbox": []}, ts)
             pending = []
     if oracle is not None:
@@ -160,6 +161,44 @@ def run_apply(feed: Feed, measured_from: int, profile: bool,
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def run_store_records(feed: Feed, measured_from: int, runs_per_call: int = 25) -> float:
+    """CPU µs per run of what the leader's run-store writer does with a run before the wire:
+    its ``RunRecord`` (``StoreRun.record``), the HBase rows' Thrift mutations and their
+    serialization into one ``mutateRowsTs`` call per ``runs_per_call`` runs (~25: what a 50 ms
+    linger gathers at 500 orders/s). No socket: a call's own cost (~300-400 µs, mostly the
+    kernel's) is per call, not per run, and shows in ``bench/profile_node.py --cluster``."""
+    import happybase  # noqa: F401 - loads Hbase_thrift
+    from Hbase_thrift import Hbase
+    from thriftpy2.protocol import TCyBinaryProtocolFactory
+    from thriftpy2.utils import serialize
+
+    from runner.runstore.base import RunRecord
+    from runner.runstore.hbase import _mutations
+    from runner.state.effects import StoreRun
+
+    scratch = Path(tempfile.mkdtemp(prefix="railflow-store-cost-"))
+    sm = RunnerStateMachine(scratch / "node")
+    try:
+        stores = []
+        for i, (offset, raw) in enumerate(feed.records):
+            effects = sm.apply(Entry.decode(raw, offset))
+            if i >= measured_from:
+                stores += [e for e in effects if isinstance(e, StoreRun)]
+        sm.flush()
+        gc.collect()
+        protocol = TCyBinaryProtocolFactory()  # what happybase sends with (Cython)
+        thread0 = time.thread_time_ns()
+        for at in range(0, len(stores), runs_per_call):
+            records = [RunRecord(**e.record) for e in stores[at:at + runs_per_call]]
+            serialize(Hbase.mutateRowsTs_args(
+                tableName=b"runs", rowBatches=[m for r in records for m in _mutations(r)],
+                timestamp=1 << 32, attributes={}), protocol)
+        return (time.thread_time_ns() - thread0) / max(1, len(stores)) / 1000
+    finally:
+        sm.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
 def run_engine_alone(datas: list[dict]) -> float:
     """CPU us per order of the metrics engine's ingest of the same orders (no apply)."""
     from metrics_engine import Engine
@@ -195,6 +234,12 @@ def main() -> None:
     ap.add_argument("--answer-all", action="store_true",
                     help="with --app: an answer after every order, also those decided before "
                          "the app node")
+    ap.add_argument("--confirm-every", type=int, default=confirm_every_orders,
+                    help="orders per EffectsDone entry (a node confirms every 100 ms: ~50 at "
+                         "500 orders/s)")
+    ap.add_argument("--store", action="store_true",
+                    help="also the leader's run-store writer per run before the wire (its "
+                         "record, HBase mutations and their Thrift encoding)")
     args = ap.parse_args()
     if args.serving_gc:
         gcpolicy.for_serving()
@@ -203,7 +248,8 @@ def main() -> None:
     report = Report(("apply_cost_app_all" if args.answer_all else "apply_cost_app") if args.app
                     else "apply_cost", args.quick)
     feed, measured_from, datas = build_feed(orders, args.seed, app=args.app,
-                                            answer_all=args.answer_all)
+                                            answer_all=args.answer_all,
+                                            confirm_every=args.confirm_every)
     cpu, on_thread, wall, engine = [], [], [], []
     for _ in range(repeats):
         c, t, w, _ = run_apply(feed, measured_from, profile=False, serving_gc=args.serving_gc)
@@ -212,6 +258,8 @@ def main() -> None:
         wall.append(w)
         engine.append(run_engine_alone(datas))
     gc_note = (", serving gc" if args.serving_gc else "") + (
+        f", confirmed every {args.confirm_every}"
+        if args.confirm_every != confirm_every_orders else "") + (
         ", an app answer per order" + (", to every order" if args.answer_all else " calling it")
         if args.app else "")
     report.add(what=f"follower apply (decode+apply+flush{gc_note})", orders=orders,
@@ -223,6 +271,10 @@ def main() -> None:
                cpu_us_per_order=spread(engine))
     report.add(what="  other threads (DuckDB flush)", orders=orders, repeats=repeats,
                cpu_us_per_order=spread([c - t for c, t in zip(cpu, on_thread, strict=True)]))
+    if args.store:
+        report.add(what="leader's run-store writer per run (record, mutations, Thrift)",
+                   orders=orders, repeats=repeats, cpu_us_per_order=spread(
+                       [run_store_records(feed, measured_from) for _ in range(repeats)]))
     report.target("P7-follower-apply", spread(cpu)["median"], "us CPU/order", 120,
                   higher_is_better=False,
                   note="apply alone; bench/api_cost.py adds consume and HTTP")
