@@ -53,11 +53,11 @@ def _mutations(run: RunRecord) -> list[BatchMutation]:
     out = [BatchMutation(keys.run_key(run.run_id),
                          [Mutation(isDelete=False, column=c, value=v, writeToWAL=True)
                           for c, v in cells])]
-    run_id = run.run_id.encode()
+    # every index row of the run holds the same cell: one mutation, only read when sent
+    cell = [Mutation(isDelete=False, column=b"index:run", value=run.run_id.encode(),
+                     writeToWAL=True)]
     for kind, value in run.index_values():
-        out.append(BatchMutation(keys.index_key(kind, value, run.run_id),
-                                 [Mutation(isDelete=False, column=b"index:run", value=run_id,
-                                           writeToWAL=True)]))
+        out.append(BatchMutation(keys.index_key(kind, value, run.run_id), cell))
     return out
 
 

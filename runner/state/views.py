@@ -95,11 +95,13 @@ def presented(run: dict) -> dict:
 
 
 def record_of(run: dict) -> dict[str, Any]:
-    """The run as a ``RunRecord`` dict for the run store (its path as dicts)."""
+    """The run as a ``RunRecord`` dict for the run store. Its path holds the steps as apply
+    recorded them (``Step``: mappings equal to their dicts; ``RunRecord.to_json`` writes each
+    one's own JSON), or their dicts as restored: no step dict is built here."""
     return {
         "run_id": run["run_id"], "event_id": run["event_id"], "event_type": run["event_type"],
         "workflow_id": run["workflow_id"], "workflow_version": run["version"],
-        "state": run["state"], "event": run["event"], "path": path_dicts(run["path"]),
+        "state": run["state"], "event": run["event"], "path": list(run["path"]),
         "decision": run["decision"], "metrics": run["metrics"], "scores": run["scores"],
         "apps": run["apps"], "started_ts": run["started_ts"],
         "updated_ts": run["updated_ts"], "offset": run["offset"],

@@ -2,7 +2,8 @@
 they ask. These check that what they get is what DuckDB's rows say (the presentation apply
 used to build): the API's view, the run store's record, a forwarded answer, every step's JSON,
 on orders decided at once, waiting for an app, a reviewer or a timeout, and passing webhooks;
-and on a run restored from a snapshot while it waited (its path then holds dicts too)."""
+and on a run restored from a snapshot while it waited (its path then holds dicts too). A run
+store record's JSON is written from its steps' own JSON, the same bytes as from their dicts."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from runner.runstore.base import RunRecord
 from runner.state import digest, entries, queries
 from runner.state.effects import Reply, RunChanged, StoreRun
 from runner.state.machine import RunnerStateMachine
-from runner.state.steps import Step
+from runner.state.steps import Step, path_dicts
 from runner.state.views import presented, sentence
 from tests.runner.fakes import BruteForceW1Engine
 from tests.runner.test_digest import history
@@ -76,6 +77,11 @@ def check_run(m: RunnerStateMachine, run: dict) -> None:
 
 def check_record(effect: StoreRun) -> None:
     record = RunRecord(**effect.record)
+    # the recorded steps go to the store as themselves, written as their own JSON: byte for
+    # byte the record of their dicts (what the run store held before)
+    assert all(a is b for a, b in zip(record.path, effect.run["path"], strict=True))
+    assert record.to_json() == orjson.dumps(
+        RunRecord(**{**effect.record, "path": path_dicts(effect.run["path"])}))
     again = RunRecord.from_json(record.to_json())
     view = presented(effect.run)
     assert again == record
@@ -121,9 +127,12 @@ def test_a_run_restored_while_it_waited_presents_alike(tmp_path):
     b.restore(tmp_path / "snap")
     answer = {"run_id": waiting["run_id"], "node_id": "score", "result": {"payment_abuse": 5}}
     decided_a = reply(log.apply(entries.APP_COMPLETED, answer, ts=T0 + 10)).runs[0]
-    decided_b = reply(b.apply(log.history[-1])).runs[0]  # the same entry
+    effects_b = b.apply(log.history[-1])  # the same entry
+    decided_b = reply(effects_b).runs[0]
     b.flush()
     check_run(b, decided_b)
+    (stored_b,) = [e for e in effects_b if isinstance(e, StoreRun)]
+    check_record(stored_b)  # a path of dicts and steps alike
     # the restored run's first step is a dict read from DuckDB, the new ones are facts
     assert not isinstance(decided_b["path"][0], Step) and isinstance(decided_b["path"][-1], Step)
     assert presented(decided_a) == presented(decided_b)
