@@ -32,11 +32,12 @@ log = logging.getLogger(__name__)
 store_queue_runs_max = 200_000
 store_batch_runs_max = 500
 store_retry_ms_max = 5_000
-# A write waits this long for more runs to join it (they are confirmed every
-# ``effects_confirm_interval_ms``, 100 ms, anyway). A Thrift call to HBase costs the writer
-# ~300-400 µs of CPU (mostly the kernel's, loopback TCP and wakeups) besides ~45 µs per run: at
-# 500 orders/s a 10 ms linger (~5 runs a call) spent ~80 µs per order on calls, 50 ms ~16.
-store_linger_s = 0.05
+# A write waits this long for more runs to join it. A Thrift call to HBase costs the writer
+# ~300-400 µs of CPU (mostly the kernel's, loopback TCP and wakeups) besides the runs: at 500
+# orders/s a 10 ms linger (~5 runs a call) spent ~80 µs per order on calls, 50 ms ~16, 100 ms
+# ~8. Nothing waits for a run to reach the store: readers look into the pending rows first,
+# and its confirmation goes out every ``effects_confirm_interval_ms`` (100 ms) anyway.
+store_linger_s = 0.1
 confirmations_max = 5_000  # per EffectsDone entry
 
 
