@@ -227,6 +227,21 @@ def test_forwarded_routes_answer_alike(nodes):
         assert float(count.split()[-1]) >= 1, (server, count)
     ref, front = _both(nodes, "GET", "/v1/no-such-route", client=False)
     assert front.status_code == ref.status_code == 404 and front.json() == ref.json()
+    for _ in range(2):  # an answer without a body, and the connection used again after it
+        ref, front = _both(nodes, "HEAD", "/healthz", client=False)
+        assert front.status_code == ref.status_code and front.content == b""
+    assert httpx.get(nodes["native"][0] + "/healthz", timeout=10).status_code == 200
+
+
+def test_an_order_expecting_100_continue_is_served(nodes):
+    host, port, key = _address(nodes)
+    body = orjson.dumps(_order(f"expect-{uuid.uuid4().hex[:8]}"))
+    with socket.create_connection((host, port), timeout=10) as s:
+        s.sendall(_post(key, body, extra=b"expect: 100-continue\r\n")[:-len(body)])
+        assert s.recv(65536).startswith(b"HTTP/1.1 100")
+        s.sendall(body)
+        status, answer = _responses(s, 1)[0]
+    assert status == 200 and answer["runs"]
 
 
 def _address(nodes) -> tuple[str, int, str]:
