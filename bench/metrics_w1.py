@@ -14,7 +14,10 @@ Measures, on one core, over ``pipeline.synthetic`` events (one day of traffic):
    window evicts during the measurement (which starts after 440 days of warm-up): events/s,
    p99/p99.9 and RSS per length (each point in a fresh process);
 3. 10 → 120 misaligned windows (one head iterator each, one shared tail), one event per call,
-   and at 120 windows also through ``ingest_many`` into Arrow columns.
+   and at 120 windows also through ``ingest_many`` into Arrow columns; with
+   ``--misaligned-only``, the 120-window rows again with lazy eviction off (every window's
+   head evicting each event from its key's states, the engine before native ``lazy.rs``), as
+   the A/B peer in the same run (``lazy_ratio``: events/s lazy over eager).
 The batched rows run both ways (values back as lists, and as Arrow columns), and their values
 must equal the engine's one event per call (value and type) on the first events.
 Every figure also comes as CPU µs per event (process CPU time, the writer thread included,
@@ -290,8 +293,19 @@ def cpu_us(rates: dict) -> float:
     return 1e6 / rates["median"]
 
 
+def set_lazy(lazy_min: int | None) -> None:
+    """Lazy eviction's threshold for the engines this process makes (None: the core's
+    default; ``EAGER`` turns it off)."""
+    import metrics_engine.plan as plan
+
+    plan.LAZY_MIN_TABLES = lazy_min
+
+
+EAGER = 10**6  # a LAZY_MIN_TABLES no group-by reaches: every window's head evicts eagerly
+
+
 def run_batched(n: int, repeats: int, arrow: bool = False, queries: list[str] | None = None,
-                batch: int = BATCH_EVENTS, check: int = 0) -> dict:
+                batch: int = BATCH_EVENTS, check: int = 0, lazy_min: int | None = None) -> dict:
     """In a fresh process: the engine's ``ingest_many`` over Arrow columns, batch by batch,
     its values back as lists, or (``arrow``) as Arrow columns. ``check``: the values of the
     first ``check`` events (first repeat) must equal, value and type, those the engine gives
@@ -307,6 +321,7 @@ def run_batched(n: int, repeats: int, arrow: bool = False, queries: list[str] | 
     batches = [(ts[i:i + batch], cols.slice(i, batch)) for i in range(0, n, batch)]
     texts = queries if queries is not None else [Q1.format(w="5 MINUTES"),
                                                   Q2.format(w="5 MINUTES")]
+    set_lazy(lazy_min)
     gc.freeze()
     rates, cpu_rates, kept, splits = [], [], [], []
     for r in range(repeats):
@@ -365,7 +380,8 @@ def per_call_mismatches(outs: list[dict], texts: list[str], n: int) -> int:
 
 def run_point(args) -> dict:
     """In a fresh process: throughput, then open-loop latency, then RSS, for one system."""
-    sut_name, window_text, window_ms, n, repeats, extra, spread_days = args
+    sut_name, window_text, window_ms, n, repeats, extra, spread_days, *rest = args
+    set_lazy(rest[0] if rest else None)
     events = load_events(n, spread_days)
     gc.freeze()  # the prepared events are input, not the system's garbage
     cut = int(n * SWEEP_WARM_SHARE) if spread_days else n // 5
@@ -484,31 +500,43 @@ def misaligned_only(quick: bool) -> int:
     ks = [10, 120] if quick else [10, 30, 60, 120]
     rep = Report("metrics_w1_misaligned", quick)
     ensure_data()
-    misaligned, batched = {}, {}
+    misaligned, batched, shown = {}, {}, {}
     with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
         for k in ks:
             r = in_child(pool, ("engine", "", 0, n_misaligned, 1, misaligned_queries(k), 0))
             misaligned[k] = r
-            rep.add(part="misaligned", system=f"engine {k} windows ({k + 1} iterators)", **r)
+            shown[k] = rep.add(part="misaligned", system=f"engine {k} windows ({k + 1} iterators)",
+                               **r)
         k = max(ks)
         batched[k] = misaligned_batched(pool, k, n_misaligned, 1)
-        rep.add(part="misaligned", system=f"engine {k} windows, ingest_many "
-                f"({MISALIGNED_BATCH:,} rows, Arrow columns)", **batched[k])
+        shown_many = rep.add(part="misaligned", system=f"engine {k} windows, ingest_many "
+                             f"({MISALIGNED_BATCH:,} rows, Arrow columns)", **batched[k])
+        # The A/B peer: the same two rows with lazy eviction off.
+        eager = in_child(pool, ("engine", "", 0, n_misaligned, 1, misaligned_queries(k), 0,
+                                EAGER))
+        eager_many = misaligned_batched(pool, k, n_misaligned, 1, EAGER)
+        for row, peer, what in ((shown[k], eager, "one event per call"),
+                                (shown_many, eager_many, "ingest_many into columns")):
+            row["lazy_ratio"] = (row["events_per_s"]["median"]
+                                 / max(1e-9, peer["events_per_s"]["median"]))
+            rep.add(part="misaligned", system=f"engine {k} windows, {what}, lazy eviction off",
+                    **peer)
     misaligned_target(rep, misaligned, batched)
     rep.write(["part", "system", "events_per_s", "events_per_cpu_s", "cpu_us_per_event",
                "cpu_us_ingest", "cpu_us_writer", "p50_us", "p99_us", "p999_us", "rss_mb",
-               "parity_mismatches"])
+               "parity_mismatches", "lazy_ratio"])
     return 1 if batched[max(ks)]["parity_mismatches"] else 0
 
 
 MISALIGNED_BATCH = 500  # rows per ingest_many call at 120 windows (a fifth warms up, as per call)
 
 
-def misaligned_batched(pool, k: int, n: int, repeats: int) -> dict:
+def misaligned_batched(pool, k: int, n: int, repeats: int, lazy_min: int | None = None) -> dict:
     """``k`` misaligned windows through ``ingest_many`` into Arrow columns, in a fresh
-    process; every value checked against the engine one event per call."""
+    process; every value checked against the engine one event per call (both with lazy
+    eviction at ``lazy_min``)."""
     return pool.apply(run_batched, (n, repeats, True, misaligned_queries(k), MISALIGNED_BATCH,
-                                    n))
+                                    n, lazy_min))
 
 
 def misaligned_target(rep: Report, per_call: dict[int, dict], batched: dict[int, dict]) -> None:

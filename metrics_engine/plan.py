@@ -10,7 +10,10 @@ the nodes that do not exist yet, and fills new ones from the events already in t
 Calendar windows (``TUMBLING``/``HOPPING``) share that current-event tail too: the native core
 puts each event into its key's open bucket and rolls closed buckets into and out of the window
 lazily, per key, when the key is touched or read (keyed.rs); their head evicts nothing and
-only holds the reservoir back to the window's start, for backfills.
+only holds the reservoir back to the window's start, for backfills. Many ``RANGE`` windows over
+one group-by (W1's 120 misaligned ones) evict lazily too: a key with few recent events keeps
+them in a short log its windows fold when read, so their heads pass its events without
+touching it, and a busier key's states are evicted by the heads as before (native lazy.rs).
 
 The caller (engine.py or offline.py) owns the reservoirs and the state store and must call
 ``ingest`` with non-decreasing ``ts`` (it clamps; see Engine.ingest).
@@ -47,6 +50,10 @@ STATE_OF = {
 }
 CURSORS_PER_STREAM_MAX = 4096
 METRICS_MAX = 100_000
+# Lazy eviction (native lazy.rs): the `RANGE` tables a group-by needs before its keys' events
+# are evicted when the key is touched rather than by every window's head. None: the core's
+# default (``railflow_metrics_native.LAZY_MIN_TABLES``); a large number keeps every table eager.
+LAZY_MIN_TABLES: int | None = None
 
 
 def _short_id(text: str) -> str:
@@ -399,6 +406,8 @@ class StreamPlan:
     def __init__(self, name: str, res: StreamReservoir):
         self.name, self.res = name, res
         self.core = StreamCore(res, MetricInputError, InvariantViolation)
+        if LAZY_MIN_TABLES is not None:
+            self.core.lazy_min_tables = LAZY_MIN_TABLES
         # The reservoir reaches the core through a weak reference: the core holds the
         # reservoir natively, where the collector cannot see it, so a bound method here made a
         # cycle it could never free (every dropped plan kept its whole state: a features task

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+from metrics_engine import plan as plan_module
 from metrics_engine.engine import Engine
 from metrics_engine.language import parse
 
@@ -44,6 +47,13 @@ def _events(seed: int) -> list[tuple[int, dict]]:
             amount = rng.choice([rng.randrange(-500, 5000), None, 2.5])
             out.append((t, {"card": card, "amount": amount}))
     return out
+
+
+@pytest.fixture(autouse=True)
+def _eager(monkeypatch):
+    """The slab holds eager keys' records: every table here is evicted by its head (many
+    windows would make most keys lazy, logged outside the slab: test_lazy_eviction.py)."""
+    monkeypatch.setattr(plan_module, "LAZY_MIN_TABLES", 10**6)
 
 
 def _engine(path, texts):

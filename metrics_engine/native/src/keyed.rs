@@ -171,11 +171,13 @@ impl KeySpace {
         self.keys[id as usize].as_slice()
     }
 
-    fn acquire(&mut self, id: u32) {
+    /// Take a reference on `id` (a table entry, or a lazy key's log: lazy.rs).
+    pub fn acquire(&mut self, id: u32) {
         self.refs[id as usize] += 1;
     }
 
-    fn release(&mut self, id: u32) {
+    /// Give a reference on `id` back; the last frees the id (its generation moves on).
+    pub fn release(&mut self, id: u32) {
         let r = &mut self.refs[id as usize];
         *r -= 1;
         if *r == 0 {

@@ -3,7 +3,7 @@
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
 //! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `columns` (a batch's typed columns), `outcols` (a batch's values as typed columns), `arrow_ffi` (those columns to pyarrow through the Arrow C data interface), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
-//! ids to states), `slab` (a key space's records, grown without copying), `window` (cursors), `writer` (the reservoir's disk writer thread), `counters` (the reservoir's open-chunk counters, shared with Python), `plan` (one stream's hot path, `StreamCore`).
+//! ids to states), `lazy` (many sliding windows of a group-by evicting a key's events when it is touched), `slab` (a key space's records, grown without copying), `window` (cursors), `writer` (the reservoir's disk writer thread), `counters` (the reservoir's open-chunk counters, shared with Python), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
 
@@ -13,6 +13,7 @@ mod columns;
 mod counters;
 mod json;
 mod keyed;
+mod lazy;
 mod num;
 mod outcols;
 mod plan;
@@ -52,5 +53,7 @@ fn railflow_metrics_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Events a cursor feeding no window passes per event (pipeline backfills replay it).
     m.add("IDLE_STEP_MAX", plan::IDLE_STEP_MAX)?;
+    m.add("LAZY_MIN_TABLES", lazy::LAZY_MIN_TABLES)?;
+    m.add("LOG_MAX", lazy::LOG_MAX)?;
     Ok(())
 }

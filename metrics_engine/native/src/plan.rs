@@ -25,6 +25,7 @@ use rustc_hash::FxHashMap;
 
 use crate::aggregations::{lower as finalize, lower_scalar, lower_typed, Func, Kind, State, Typed};
 use crate::keyed::{GroupTable, Hop, Input, KeySpace, View};
+use crate::lazy::{Fold, LazySpace, LazyTable, LAZY_MIN_TABLES, LOG_MAX};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
 use crate::counters::Counters;
@@ -131,6 +132,23 @@ struct Core {
     space_fields: Vec<Vec<usize>>,
     space_names: Vec<Vec<String>>,
     key: Vec<Val>,
+    /// Per table: how it is evicted lazily (lazy.rs); None: by its head, eagerly.
+    lazy: Vec<Option<LazyTable>>,
+    /// Per key space: the logs of its lazy tables' raw keys (None: it has no lazy table).
+    logs: Vec<Option<LazySpace>>,
+    /// Per window: the key space of its tables when all are lazy and of one space (its
+    /// insert is skipped for a raw key: the key's log took the event).
+    lazy_window: Vec<Option<usize>>,
+    /// Per family of lazy tables, the fold of a raw key's log a read made (lazy.rs).
+    folds: Vec<Fold>,
+    /// The family whose fold the last `read` made (`window` reads it), if any.
+    folded: Option<usize>,
+    /// Lazy tables take every key's events as states (a backfill: `fill`, `advance`).
+    force_eager: bool,
+    /// Per key space, whether the event being inserted is of an eager key there.
+    eager_now: Vec<bool>,
+    sweep_ids: Vec<u32>,
+    steps: u64,
 }
 
 impl Core {
@@ -176,6 +194,9 @@ impl Core {
             }
             for gi in 0..route.groups.len() {
                 let table = self.windows[w].routes[ri].groups[gi].table;
+                if self.lazy[table].is_some() {
+                    continue; // an eager key of a lazy table is a hot key, most often cached
+                }
                 let s = self.tables[table].space;
                 if let Some(id) = self.kid(row, s, false) {
                     self.tables[table].prefetch(&self.spaces[s], id);
@@ -194,6 +215,16 @@ impl Core {
                 }
                 let s = self.tables[table].space;
                 let id = self.kid(row, s, true).expect("interned");
+                if self.lazy[table].is_some() {
+                    // A raw key's event is in its log (`log_event`); an eager key's goes in.
+                    let gen = self.spaces[s].gen(id);
+                    let ls = self.logs[s].as_mut().expect("a lazy table's space");
+                    if self.force_eager {
+                        ls.set_eager(id, gen);
+                    } else if !ls.is_eager(id, gen) {
+                        continue;
+                    }
+                }
                 let t = &mut self.tables[table];
                 t.insert_at(&mut self.spaces[s], id);
                 if let Some(hop) = t.hop {
@@ -229,8 +260,11 @@ impl Core {
             let space = &self.spaces[s];
             *o = match space.find(&self.key) {
                 Some(id) => {
-                    for t in self.tables.iter().filter(|t| t.space == s) {
-                        t.prefetch(space, id);
+                    // Not a lazy table's record: a raw key has none (lazy.rs).
+                    for (ti, t) in self.tables.iter().enumerate() {
+                        if t.space == s && self.lazy.get(ti).is_none_or(|l| l.is_none()) {
+                            t.prefetch(space, id);
+                        }
                     }
                     KeyRef { id, gen: space.gen(id) }
                 }
@@ -254,17 +288,37 @@ impl Core {
     /// and what tells them apart (see `GroupTable::window_states`). None: no entry.
     fn states(&self, entry: Option<(usize, u32)>) -> (Option<&[Option<State>]>, i64) {
         let Some((g, id)) = entry else { return (None, i64::MIN) };
+        if let Some(f) = self.folded {
+            // A raw key of a lazy table: the fold its `read` made (lazy.rs).
+            let fold = &self.folds[f];
+            return (Some(fold.states.as_slice()), fold.made as i64);
+        }
         let (t, v) = self.groups[g];
         let tb = &self.tables[t];
         tb.window_states(&self.spaces[tb.space], id, v)
     }
 
     /// The entry of the row's key in group `g`'s table as of time `t` (a calendar table rolls
-    /// it first). Returns (group, key id), for `Core::window`.
-    fn read(&mut self, g: usize, row: &mut Row, t: i64) -> Option<(usize, u32)> {
+    /// it first; a raw key of a lazy table is folded from its log over the logged events its
+    /// window's head, in `heads`, has not passed). Returns (group, key id), for `Core::window`.
+    fn read(&mut self, g: usize, row: &mut Row, t: i64, heads: &[Cursor]) -> Option<(usize, u32)> {
+        self.folded = None;
         let (table, view) = self.groups[g];
         let s = self.tables[table].space;
         let id = self.kid(row, s, false)?;
+        if let (Some(lt), Some(ls)) = (&self.lazy[table], &self.logs[s]) {
+            if !ls.is_eager(id, self.spaces[s].gen(id)) {
+                let lo = lt.lo(heads[lt.head].pos);
+                let times = ls.times(id);
+                let first = times.partition_point(|a| a.1 < lo);
+                if first == times.len() {
+                    return None; // nothing of it in the window
+                }
+                self.folds[lt.fam].fold(ls, lt, id, first);
+                self.folded = Some(lt.fam);
+                return Some((g, id));
+            }
+        }
         let tb = &mut self.tables[table];
         if !tb.has(id) {
             return None;
@@ -290,6 +344,21 @@ impl Core {
             for gi in 0..route.groups.len() {
                 let table = self.windows[w].routes[ri].groups[gi].table;
                 let s = self.tables[table].space;
+                if self.lazy[table].is_some() {
+                    // Only an eager key's events leave states here; a raw key's are in its
+                    // log. A row whose id went stale is of a key freed since: it was raw
+                    // (its log kept the id while the event was in a window), or it was eager
+                    // and the event left every state (else the key would hold its id).
+                    let r = row.kids[s];
+                    if r.id != u32::MAX && !self.spaces[s].valid(r.id, r.gen) {
+                        continue;
+                    }
+                    let Some(id) = self.kid(row, s, false) else { continue };
+                    let gen = self.spaces[s].gen(id);
+                    if !self.logs[s].as_ref().is_some_and(|ls| ls.is_eager(id, gen)) {
+                        continue;
+                    }
+                }
                 let id = self.kid(row, s, false);
                 let t = &mut self.tables[table];
                 let Some(id) = id.filter(|&id| t.has(id)) else {
@@ -318,6 +387,264 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    // -- lazy eviction (lazy.rs) ---------------------------------------------------------
+
+    /// The `all` tail's inserts of one event into windows `ws`: the event joins its key's log
+    /// once per key space with lazy tables (unless the key is eager there, or turns eager:
+    /// `log_event`), then each window takes it, but a window all of whose tables are lazy
+    /// skips a raw key. `heads`: the cursors (a key turning eager reads its windows' heads).
+    fn insert_all(&mut self, ws: &[usize], row: &mut Row, ts: i64, pos: u64, heads: &[Cursor]) {
+        if !self.force_eager {
+            for s in 0..self.logs.len() {
+                if self.logs[s].is_some() {
+                    self.eager_now[s] = self.log_event(s, row, ts, pos, heads);
+                }
+            }
+        }
+        for &w in ws {
+            if let Some(s) = self.lazy_window[w] {
+                if !self.eager_now[s] && !self.force_eager {
+                    continue;
+                }
+            }
+            self.insert(w, row, ts, pos, None);
+        }
+    }
+
+    /// The event (`row`, at `ts`, `pos`) of a key of lazy space `s`: a raw key logs it (its
+    /// events every head passed leave first); a full log turns the key eager. Returns whether
+    /// the key is eager (its lazy tables then take the event as states). An event no lazy
+    /// table takes (before every window's start, or left out by every filter) is not logged.
+    fn log_event(&mut self, s: usize, row: &mut Row, ts: i64, pos: u64, heads: &[Cursor]) -> bool {
+        let ls = self.logs[s].as_ref().expect("a lazy space");
+        let takes = ls.tables.iter().any(|&t| {
+            let lt = self.lazy[t].as_ref().expect("a lazy table");
+            pos >= lt.start_pos && lt.pred.is_none_or(|p| row.preds[p])
+        });
+        if !takes {
+            return false;
+        }
+        let id = self.kid(row, s, true).expect("interned");
+        let gen = self.spaces[s].gen(id);
+        let ls = self.logs[s].as_mut().expect("a lazy space");
+        if ls.is_eager(id, gen) {
+            return true;
+        }
+        let had = ls.len(id) > 0;
+        ls.drop_passed(id); // emptied: the log keeps its hold on the id for this event
+        if ls.len(id) < LOG_MAX {
+            ls.push(id, ts, pos, |inp| Core::input(inp, row));
+            if !had {
+                self.spaces[s].acquire(id);
+            }
+            return false;
+        }
+        ls.turned += 1;
+        self.make_eager(s, id, heads);
+        // The id is freed if no table took a logged event: the event takes it anew.
+        let id = self.kid(row, s, true).expect("interned");
+        let gen = self.spaces[s].gen(id);
+        self.logs[s].as_mut().expect("a lazy space").set_eager(id, gen);
+        true
+    }
+
+    /// Key `id` of lazy space `s` turns eager: each lazy table takes the logged events its
+    /// window holds (not passed by its head, from its start, kept by its filter) as states,
+    /// in order, as its inserts would have; then the log goes, and its hold on the id (a key
+    /// no table took is freed). Its heads evict those events from then on.
+    fn make_eager(&mut self, s: usize, id: u32, heads: &[Cursor]) {
+        let mut ls = self.logs[s].take().expect("a lazy space");
+        let n = ls.len(id);
+        for &t in &ls.tables {
+            let lt = self.lazy[t].as_ref().expect("a lazy table");
+            let lo = lt.lo(heads[lt.head].pos);
+            let mut held = false;
+            for (j, &(ts, pos)) in ls.times(id).iter().enumerate() {
+                if pos < lo {
+                    continue;
+                }
+                if let Some(c) = lt.pcol {
+                    if !matches!(ls.val(id, j, c), Val::Bool(true)) {
+                        continue;
+                    }
+                }
+                let tb = &mut self.tables[t];
+                if !held {
+                    tb.insert_at(&mut self.spaces[s], id);
+                    held = true;
+                }
+                let (kinds, _, states) = tb.slots_mut(&mut self.spaces[s], id);
+                for (i, st) in states.iter_mut().enumerate() {
+                    st.get_or_insert_with(|| State::new(kinds[i])).add(&ls.val(id, j, lt.cols[i]), ts, pos);
+                }
+            }
+        }
+        // Marked before the log lets go of the id: a freed id's generation moves on, and
+        // the mark is void.
+        ls.set_eager(id, self.spaces[s].gen(id));
+        if n > 0 {
+            ls.clear(id);
+            self.spaces[s].release(id);
+        }
+        self.logs[s] = Some(ls);
+    }
+
+    /// Every raw key turns eager (before a snapshot, a digest, a plan change, a backfill, a
+    /// seek: they see states, not logs).
+    fn settle(&mut self, heads: &[Cursor]) {
+        for s in 0..self.logs.len() {
+            let ids = match &self.logs[s] {
+                Some(ls) => ls.logged(),
+                None => continue,
+            };
+            for id in ids {
+                self.make_eager(s, id, heads);
+            }
+        }
+    }
+
+    /// After an event: each lazy space's floor from its heads (a logged event below it is in
+    /// no window), and a few of its ids swept (their passed events leave; a log left empty
+    /// gives its id back).
+    fn after_step(&mut self, heads: &[Cursor]) {
+        // A floor a few events old is only lower (heads move forward): safe, and 120 heads
+        // are not read at every event.
+        self.steps += 1;
+        if self.steps % 8 == 0 {
+            self.set_floors(heads);
+        }
+        let mut ids = std::mem::take(&mut self.sweep_ids);
+        for s in 0..self.logs.len() {
+            let Some(ls) = self.logs[s].as_mut() else { continue };
+            ls.sweep_next(&mut ids);
+            for &id in &ids {
+                if ls.drop_passed(id) {
+                    self.spaces[s].release(id);
+                }
+            }
+        }
+        self.sweep_ids = ids;
+    }
+
+    fn set_floors(&mut self, heads: &[Cursor]) {
+        for ls in self.logs.iter_mut().flatten() {
+            ls.floor = ls.tables.iter()
+                .map(|&t| {
+                    let lt = self.lazy[t].as_ref().expect("a lazy table");
+                    lt.lo(heads[lt.head].pos)
+                })
+                .min()
+                .unwrap_or(0);
+        }
+    }
+
+    /// Whether a head of windows `ws`, all of whose tables are lazy, evicts the row whose key
+    /// ids are `kids`: if its key is eager in a window's space, or not known (a row lowered
+    /// again from the reservoir: `evict` looks the key up).
+    #[inline]
+    fn evicts_row(&self, ws: &[usize], kids: &[KeyRef]) -> bool {
+        for &w in ws {
+            let Some(s) = self.lazy_window[w] else { return true };
+            let r = kids[s];
+            if r.id == u32::MAX {
+                return true;
+            }
+            if self.logs[s].as_ref().is_some_and(|ls| ls.is_eager(r.id, r.gen))
+                && self.spaces[s].valid(r.id, r.gen) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Choose the lazy tables of a new plan (lazy.rs): the plain tables of windows that take
+    /// the current event (the `all` tail) and have a head of a time bound, in the key spaces
+    /// holding at least `min` of them. Every key a lazy table holds states for is eager.
+    fn plan_lazy(&mut self, cursors: &[Cursor], min: usize) {
+        self.lazy = vec![None; self.tables.len()];
+        let mut cand: Vec<Vec<(usize, usize, u64, Option<usize>)>> = vec![vec![]; self.spaces.len()];
+        for win in &self.windows {
+            let Some(h) = win.head else { continue };
+            if cursors[win.tail].spec != Spec::All || !matches!(cursors[h].spec, Spec::Le(_)) {
+                continue;
+            }
+            for route in &win.routes {
+                for g in &route.groups {
+                    let t = &self.tables[g.table];
+                    if t.hop.is_none() {
+                        cand[t.space].push((g.table, h, win.start_pos, route.pred));
+                    }
+                }
+            }
+        }
+        fn col(inputs: &mut Vec<Input>, i: Input) -> usize {
+            match inputs.iter().position(|x| *x == i) {
+                Some(c) => c,
+                None => {
+                    inputs.push(i);
+                    inputs.len() - 1
+                }
+            }
+        }
+        self.logs = (0..self.spaces.len()).map(|_| None).collect();
+        let mut fams: Vec<(Option<usize>, Vec<Kind>, Vec<Input>)> = vec![];
+        for (s, c) in cand.into_iter().enumerate() {
+            if c.len() < min.max(1) {
+                continue;
+            }
+            let mut inputs: Vec<Input> = vec![];
+            let mut tables = vec![];
+            for (t, head, start_pos, pred) in c {
+                let tb = &self.tables[t];
+                let cols: Vec<usize> = tb.inputs.iter().map(|&i| col(&mut inputs, i)).collect();
+                let pcol = pred.map(|p| col(&mut inputs, Input::Pred(p)));
+                let sig = (pred, tb.kinds.clone(), tb.inputs.clone());
+                let fam = match fams.iter().position(|f| *f == sig) {
+                    Some(f) => f,
+                    None => {
+                        fams.push(sig);
+                        fams.len() - 1
+                    }
+                };
+                self.lazy[t] = Some(LazyTable { space: s, head, start_pos, pred, pcol,
+                                                kinds: tb.kinds.clone(), cols, fam });
+                tables.push(t);
+            }
+            self.logs[s] = Some(LazySpace::new(tables, inputs));
+        }
+        self.folds = (0..fams.len()).map(|_| Fold::default()).collect();
+        self.folded = None;
+        self.eager_now = vec![false; self.spaces.len()];
+        self.lazy_window = self.windows.iter().map(|win| {
+            let mut space = None;
+            for r in &win.routes {
+                for g in &r.groups {
+                    match &self.lazy[g.table] {
+                        Some(lt) if space.is_none_or(|s| s == lt.space) => space = Some(lt.space),
+                        _ => return None,
+                    }
+                }
+            }
+            space
+        }).collect();
+        self.mark_held_eager();
+    }
+
+    /// Every key a lazy table holds states for is eager (after a plan change or a load: its
+    /// heads evict its events).
+    fn mark_held_eager(&mut self) {
+        for t in 0..self.tables.len() {
+            let Some(lt) = &self.lazy[t] else { continue };
+            let s = lt.space;
+            let Some(ls) = self.logs[s].as_mut() else { continue };
+            for id in 0..self.spaces[s].made() as u32 {
+                if self.tables[t].has(id) {
+                    ls.set_eager(id, self.spaces[s].gen(id));
+                }
+            }
+        }
     }
 }
 
@@ -369,6 +696,10 @@ pub struct StreamCore {
     /// settable for the benchmarks' A/B in one run.
     #[pyo3(get, set)]
     look_ahead: bool,
+    /// Lazy tables a key space needs for lazy eviction (lazy.rs); read at each `set_plan`
+    /// (plan.py sets it; tests set it high to run the eager path alone).
+    #[pyo3(get, set)]
+    lazy_min_tables: usize,
 }
 
 /// Rows on that `ingest_arrays` looks up keys for (`Core::find_ahead`).
@@ -779,7 +1110,7 @@ impl StreamCore {
                 let mut c = 0;
                 let mut last: StatesId = (0, 0, 0);
                 for o in &self.outputs {
-                    let entry = self.core.read(o.table, &mut self.cur, t);
+                    let entry = self.core.read(o.table, &mut self.cur, t, &self.cursors);
                     let (states, tag) = self.core.states(entry);
                     let here = states_id(states, tag);
                     let again = o.same_as_prev && here == last;
@@ -972,10 +1303,9 @@ impl StreamCore {
             let c = &self.cursors[ci];
             if c.spec == Spec::All && c.pos == pos {
                 // Fast path: the shared current-event tail takes only this event.
-                for wi in 0..c.inserts.len() {
-                    let w = self.cursors[ci].inserts[wi];
-                    self.core.insert(w, &mut self.cur, ts, pos, None);
-                }
+                let ws = std::mem::take(&mut self.cursors[ci].inserts);
+                self.core.insert_all(&ws, &mut self.cur, ts, pos, &self.cursors);
+                self.cursors[ci].inserts = ws;
                 self.keep_kids(k, idx, true); // for the heads that evict it later
                 let c = &mut self.cursors[ci];
                 c.pos = next_pos;
@@ -987,6 +1317,7 @@ impl StreamCore {
         if self.chunks.bind(py).len() != chunks {
             self.trim_due = true;
         }
+        self.core.after_step(&self.cursors);
         Ok(())
     }
 
@@ -998,7 +1329,7 @@ impl StreamCore {
     fn prefetch_evictions(&self, t: i64, next_pos: u64) {
         let kwidth = self.core.spaces.len();
         for c in &self.cursors {
-            if c.evicts.is_empty() || c.stale {
+            if c.evicts.is_empty() || c.stale || c.lazy {
                 continue;
             }
             let (lim, end) = c.spec.limits(t, next_pos);
@@ -1030,7 +1361,13 @@ impl StreamCore {
     fn nothing_to_pass(&self, ci: usize, t: i64) -> bool {
         let c = &self.cursors[ci];
         let Spec::Le(d) = c.spec else { return false };
-        if c.stale || c.evicts.is_empty() {
+        if c.evicts.is_empty() {
+            return false;
+        }
+        if c.ahead.0 == c.pos {
+            return c.ahead.1 > t - d;
+        }
+        if c.stale {
             return false;
         }
         self.lowered.get(&c.k).is_some_and(|lw| lw.ts.get(c.idx).is_some_and(|&x| x > t - d))
@@ -1071,6 +1408,9 @@ impl StreamCore {
             }
             return Ok(());
         }
+        if self.cursors[ci].lazy {
+            return self.advance_lazy(py, ci, lim, end);
+        }
         let width = self.fields.len();
         let pwidth = self.preds.len();
         let kwidth = self.core.spaces.len();
@@ -1084,6 +1424,8 @@ impl StreamCore {
             let lw = &self.lowered[&k];
             let ts = lw.ts[idx];
             if ts > lim {
+                let c = &mut self.cursors[ci];
+                c.ahead = (c.pos, ts);
                 break;
             }
             self.tmp.vals.copy_from_slice(&lw.vals[idx * width..(idx + 1) * width]);
@@ -1091,8 +1433,13 @@ impl StreamCore {
             self.tmp.kids.copy_from_slice(&lw.kids[idx * kwidth..(idx + 1) * kwidth]);
             let pos = self.cursors[ci].pos;
             let c = &self.cursors[ci];
-            for &w in &c.inserts {
-                self.core.insert(w, &mut self.tmp, ts, pos, None);
+            if c.spec == Spec::All {
+                // The current-event tail catching up (a replay): as `take` inserts.
+                self.core.insert_all(&c.inserts, &mut self.tmp, ts, pos, &self.cursors);
+            } else {
+                for &w in &c.inserts {
+                    self.core.insert(w, &mut self.tmp, ts, pos, None);
+                }
             }
             for &w in &c.evicts {
                 if let Err(m) = self.core.evict(w, &mut self.tmp, ts, pos) {
@@ -1109,6 +1456,74 @@ impl StreamCore {
             c.idx += 1;
         }
         Ok(())
+    }
+
+    /// `advance_one` for a head all of whose windows' tables are lazy (lazy.rs): it passes a
+    /// raw key's rows reading only their ts and key ids, and evicts an eager key's as
+    /// `advance_one` does.
+    fn advance_lazy(&mut self, py: Python<'_>, ci: usize, lim: i64, end: u64) -> PyResult<()> {
+        let res = self.res.clone_ref(py).into_bound(py);
+        let width = self.fields.len();
+        let pwidth = self.preds.len();
+        let kwidth = self.core.spaces.len();
+        while self.cursors[ci].pos < end {
+            // Most moves start on a row of a chunk lowered already: no chunk bookkeeping.
+            let c = &self.cursors[ci];
+            let on_row = !c.stale && self.lowered.get(&c.k).is_some_and(|lw| c.idx < lw.ts.len());
+            if !on_row {
+                let (lowered, chunks) = (&self.lowered, &self.chunk_map);
+                self.cursors[ci].position(py, &res, chunks, |k| lowered.contains_key(&k))?;
+                let (k, idx) = (self.cursors[ci].k, self.cursors[ci].idx);
+                if self.lowered.get(&k).map_or(0, |l| l.ts.len()) <= idx {
+                    self.lower_chunk(py, ci, k, idx)?;
+                }
+            }
+            let k = self.cursors[ci].k;
+            // The chunk's lowered rows in a tight loop, up to a row to evict.
+            let hit = {
+                let lw = &self.lowered[&k];
+                let c = &mut self.cursors[ci];
+                let mut hit = None;
+                while c.idx < lw.ts.len() && c.pos < end {
+                    let ts = lw.ts[c.idx];
+                    if ts > lim {
+                        c.ahead = (c.pos, ts);
+                        return Ok(());
+                    }
+                    if self.core.evicts_row(&c.evicts, &lw.kids[c.idx * kwidth..(c.idx + 1) * kwidth]) {
+                        hit = Some((c.idx, ts));
+                        break;
+                    }
+                    c.pos += 1;
+                    c.idx += 1;
+                }
+                hit
+            };
+            let Some((idx, ts)) = hit else { continue };
+            let lw = &self.lowered[&k];
+            self.tmp.vals.copy_from_slice(&lw.vals[idx * width..(idx + 1) * width]);
+            self.tmp.preds.copy_from_slice(&lw.preds[idx * pwidth..(idx + 1) * pwidth]);
+            self.tmp.kids.copy_from_slice(&lw.kids[idx * kwidth..(idx + 1) * kwidth]);
+            let pos = self.cursors[ci].pos;
+            for wi in 0..self.cursors[ci].evicts.len() {
+                let w = self.cursors[ci].evicts[wi];
+                if let Err(m) = self.core.evict(w, &mut self.tmp, ts, pos) {
+                    return Err(self.invariant(py, m));
+                }
+            }
+            if self.lowered[&k].kids[idx * kwidth..(idx + 1) * kwidth] != self.tmp.kids[..] {
+                self.keep_kids(k, idx, false);
+            }
+            let c = &mut self.cursors[ci];
+            c.pos += 1;
+            c.idx += 1;
+        }
+        Ok(())
+    }
+
+    /// Every raw key of a lazy table turns eager (lazy.rs `settle`).
+    fn settle(&mut self) {
+        self.core.settle(&self.cursors);
     }
 
     /// Lower the events of chunk `k` up to index `idx` into the shared cache, so that every
@@ -1199,7 +1614,9 @@ impl StreamCore {
             core: Core { windows: vec![], tables: vec![], groups: vec![], spaces: vec![],
                          space_fields: vec![],
                          space_names: vec![],
-                         key: vec![] },
+                         key: vec![], lazy: vec![], logs: vec![], lazy_window: vec![],
+                         folds: vec![], folded: None, force_eager: false, eager_now: vec![],
+                         sweep_ids: vec![], steps: 0 },
             gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
@@ -1207,6 +1624,7 @@ impl StreamCore {
             trim_due: false, ojson: vec![b'['], template: None,
             json_keys: Default::default(), prefetch_events: true, reused: 0,
             look_ahead: true,
+            lazy_min_tables: LAZY_MIN_TABLES,
         })
     }
 
@@ -1214,6 +1632,8 @@ impl StreamCore {
     fn set_plan(&mut self, py: Python<'_>, fields: Vec<Py<PyString>>, preds: Vec<PyObject>,
                 cursors: Vec<(i64, String, i64, i64, i64, u64)>, order: Vec<i64>,
                 windows: Vec<WindowSpec>, outputs: Vec<OutputSpec>) -> PyResult<()> {
+        // Raw keys turn eager first (lazy.rs): their logs follow the old plan's windows.
+        self.settle();
         // Plain tables' states leave their spaces' record slabs while the plan changes (the
         // records' layout follows the tables and their slots), and go back at the end.
         for t in self.core.tables.iter_mut() {
@@ -1428,6 +1848,12 @@ impl StreamCore {
         self.preds = preds;
         self.lowered.clear(); // rows of the old plan's width
         self.template = None; // names of the old plan's outputs
+        self.core.plan_lazy(&self.cursors, self.lazy_min_tables);
+        for c in self.cursors.iter_mut() {
+            c.lazy = c.inserts.is_empty() && !c.evicts.is_empty()
+                && c.evicts.iter().all(|&w| self.core.lazy_window[w].is_some());
+        }
+        self.core.set_floors(&self.cursors);
         Ok(())
     }
 
@@ -1446,7 +1872,7 @@ impl StreamCore {
         let mut vals: Vec<Bound<'py, PyAny>> = vec![];
         let mut last: StatesId = (0, 0, 0);
         for o in &self.outputs {
-            let entry = self.core.read(o.table, &mut self.cur, ts);
+            let entry = self.core.read(o.table, &mut self.cur, ts, &self.cursors);
             let (states, tag) = self.core.states(entry);
             let here = states_id(states, tag);
             if o.same_as_prev && here == last {
@@ -1558,7 +1984,7 @@ impl StreamCore {
             let mut c = 0;
             let mut last: StatesId = (0, 0, 0);
             for o in &self.outputs {
-                let entry = self.core.read(o.table, &mut self.cur, t);
+                let entry = self.core.read(o.table, &mut self.cur, t, &self.cursors);
                 let (states, tag) = self.core.states(entry);
                 let here = states_id(states, tag);
                 let again = o.same_as_prev && here == last;
@@ -1630,13 +2056,20 @@ impl StreamCore {
         for oi in 0..self.order.len() {
             self.advance_one(py, self.order[oi], t, next_pos)?;
         }
+        self.core.after_step(&self.cursors);
         Ok(())
     }
 
     /// Move one cursor (a new one, catching its windows up alone).
     fn advance(&mut self, py: Python<'_>, cursor: i64, t: i64, next_pos: u64) -> PyResult<()> {
         let ci = self.cursor_index(cursor)?;
-        self.advance_one(py, ci, t, next_pos)
+        // A catch-up, as a backfill: every key it inserts is eager (lazy.rs).
+        self.settle();
+        self.core.force_eager = true;
+        let r = self.advance_one(py, ci, t, next_pos);
+        self.core.force_eager = false;
+        self.core.set_floors(&self.cursors);
+        r
     }
 
     /// Insert the reservoir's events [start, end) into window `window` (only into the state
@@ -1681,11 +2114,17 @@ impl StreamCore {
                 Some((t, s))
             }
         };
-        self.scan(py, start, end, |me, py, ts, pos, ev| {
+        // A backfill inserts into states: raw keys turn eager first, and every key it
+        // inserts is eager (lazy.rs).
+        self.settle();
+        self.core.force_eager = true;
+        let filled = self.scan(py, start, end, |me, py, ts, pos, ev| {
             me.lower_into(py, ev, false)?;
             me.core.insert(window, &mut me.tmp, ts, pos, only);
             Ok(true)
-        })?;
+        });
+        self.core.force_eager = false;
+        filled?;
         if let Some((t, _)) = only {
             if self.core.tables[t].hop.is_some() {
                 self.core.tables[t].rebuild();
@@ -1718,7 +2157,10 @@ impl StreamCore {
     fn seek(&mut self, py: Python<'_>, cursor: i64, pos: u64) -> PyResult<()> {
         let ci = self.cursor_index(cursor)?;
         let res = self.res.bind(py).clone();
-        self.cursors[ci].seek(&res, pos)
+        self.settle(); // logs are relative to the heads' places
+        self.cursors[ci].seek(&res, pos)?;
+        self.core.set_floors(&self.cursors);
+        Ok(())
     }
 
     fn cursor_pos(&self, cursor: i64) -> PyResult<u64> {
@@ -1769,6 +2211,15 @@ impl StreamCore {
             (o.table, o.window, o.pred, o.key_fields.clone())
         };
         let (table, view) = self.core.groups[table];
+        if self.core.lazy[table].is_some() {
+            // A raw key's states are made from its log (lazy.rs): the key turns eager.
+            let s = self.core.tables[table].space;
+            if let Some(id) = self.core.spaces[s].find(&want) {
+                if self.core.logs[s].as_ref().is_some_and(|ls| ls.len(id) > 0) {
+                    self.core.make_eager(s, id, &self.cursors);
+                }
+            }
+        }
         let t = &self.core.tables[table];
         let space = &self.core.spaces[t.space];
         let (kind, inp) = (t.kinds[slot], t.inputs[slot]);
@@ -1817,7 +2268,9 @@ impl StreamCore {
     /// Every table's state as bytes, ordered by gid and canonical key (`digest`: only what
     /// the logical state holds, for hashing).
     #[pyo3(signature = (digest=false))]
-    fn dump<'py>(&self, py: Python<'py>, digest: bool) -> PyResult<Bound<'py, PyBytes>> {
+    fn dump<'py>(&mut self, py: Python<'py>, digest: bool) -> PyResult<Bound<'py, PyBytes>> {
+        // Raw keys turn eager (lazy.rs): the tables then hold every state, as written before.
+        self.settle();
         // The digest hashes calendar windows as of the last event (rolled copies), so it
         // does not depend on which keys happened to be rolled lazily.
         let last: Option<i64> = self.res.bind(py).getattr("last_ts")?.extract()?;
@@ -1848,6 +2301,7 @@ impl StreamCore {
     /// the events' positions in the whole stream, ready to `dump` and merge. The core's own
     /// cursors and reservoir keep the old numbering: only `dump` is meaningful afterwards.
     fn renumber(&mut self, py: Python<'_>, positions: Vec<u64>) -> PyResult<()> {
+        self.settle(); // logged positions are not renumbered: states are
         let spaces = self.core.spaces.iter_mut().map(|s| s.renumber(&positions));
         for r in self.core.tables.iter_mut().map(|t| t.renumber(&positions)).chain(spaces) {
             if let Err(p) = r {
@@ -1868,6 +2322,7 @@ impl StreamCore {
             return Ok(());
         }
         let n = inp.u32()?;
+        self.settle();
         for t in self.core.tables.iter_mut() {
             t.begin_load();
         }
@@ -1886,6 +2341,27 @@ impl StreamCore {
             };
             t.read(py, &mut inp, &mut self.strings, space, v, disjoint)?;
         }
+        // Loaded keys hold states: their heads evict their events (lazy.rs).
+        self.core.mark_held_eager();
         Ok(())
+    }
+
+    /// Per key space with lazy tables (lazy.rs): (keys with a log, events logged, keys
+    /// turned eager because their log was full, eager keys held by a lazy table). A debug
+    /// counter for tests.
+    fn lazy_counts(&self) -> Vec<(usize, usize, u64, usize)> {
+        let mut out = vec![];
+        for (s, ls) in self.core.logs.iter().enumerate() {
+            let Some(ls) = ls else { continue };
+            let logged = ls.logged();
+            let events = logged.iter().map(|&id| ls.len(id)).sum();
+            let space = &self.core.spaces[s];
+            let eager = (0..space.made() as u32)
+                .filter(|&id| ls.is_eager(id, space.gen(id))
+                        && ls.tables.iter().any(|&t| self.core.tables[t].has(id)))
+                .count();
+            out.push((logged.len(), events, ls.turned, eager));
+        }
+        out
     }
 }

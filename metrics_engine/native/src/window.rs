@@ -103,11 +103,18 @@ pub struct Cursor {
     pub stale: bool, // moved without reading (the fast path): seek before reading
     pub inserts: Vec<usize>,
     pub evicts: Vec<usize>,
+    /// A head all of whose windows' tables are evicted lazily (lazy.rs): it passes a raw
+    /// key's events without touching their key.
+    pub lazy: bool,
+    /// (position, ts) of the row it stopped before, last time it moved: while `pos` is that
+    /// position, whether it has anything to pass is one comparison (a row's ts never changes).
+    pub ahead: (u64, i64),
 }
 
 impl Cursor {
     pub fn new(id: i64, spec: Spec, pos: u64) -> Cursor {
-        Cursor { id, spec, pos, k: 0, idx: 0, events: None, stale: true, inserts: vec![], evicts: vec![] }
+        Cursor { id, spec, pos, k: 0, idx: 0, events: None, stale: true, inserts: vec![], evicts: vec![],
+                 lazy: false, ahead: (u64::MAX, 0) }
     }
 
     /// Point at `pos` in the reservoir `res`.
