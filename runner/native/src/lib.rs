@@ -147,6 +147,16 @@ impl Front {
     }
 }
 
+impl Drop for Front {
+    /// Dropped without `close` (its owner failed): stop the runtime without waiting for its
+    /// threads, one of which may wait for the GIL that the dropping thread holds.
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 #[pymodule]
 fn railflow_http_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Front>()?;
