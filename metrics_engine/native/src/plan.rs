@@ -117,6 +117,10 @@ struct Row {
     vals: Vec<Val>,
     preds: Vec<bool>,
     kids: Vec<KeyRef>,
+    /// Its keys were looked up a few rows ahead (`Core::find_ahead`): a key it has no id
+    /// for was new then, and most likely is still, so `insert` does not look it up again
+    /// only to ask the CPU for its states.
+    looked: bool,
 }
 
 /// The tables, windows and scratch buffers the insert/evict paths touch.
@@ -198,7 +202,13 @@ impl Core {
                     continue; // an eager key of a lazy table is a hot key, most often cached
                 }
                 let s = self.tables[table].space;
-                if let Some(id) = self.kid(row, s, false) {
+                let r = row.kids[s];
+                let id = if row.looked {
+                    (r.id != u32::MAX && self.spaces[s].valid(r.id, r.gen)).then_some(r.id)
+                } else {
+                    self.kid(row, s, false)
+                };
+                if let Some(id) = id {
                     self.tables[table].prefetch(&self.spaces[s], id);
                 }
             }
@@ -780,6 +790,7 @@ impl StreamCore {
             if current { self.cur.vals[i] = x } else { self.tmp.vals[i] = x }
         }
         if current { self.cur.kids.fill(NO_KEY) } else { self.tmp.kids.fill(NO_KEY) }
+        if current { self.cur.looked = false } else { self.tmp.looked = false }
         self.preds_into(py, ev, current)
     }
 
@@ -1086,6 +1097,7 @@ impl StreamCore {
                 self.cur.vals.copy_from_slice(&vals[i * width..(i + 1) * width]);
                 self.cur.preds.copy_from_slice(&flags[i * pwidth..(i + 1) * pwidth]);
                 self.cur.kids.copy_from_slice(&ahead[mine..mine + kw]);
+                self.cur.looked = self.look_ahead && i >= AHEAD;
                 ahead[mine..mine + kw].fill(NO_KEY);
                 if self.look_ahead {
                     if i + AHEAD < n {
@@ -1841,7 +1853,7 @@ impl StreamCore {
         self.core.space_names = space_names;
         self.core.windows = wins;
         self.outputs = outs;
-        self.cur = Row { vals: vec![Val::Null; fields.len()], preds: vec![false; preds.len()],
+        self.cur = Row { looked: false, vals: vec![Val::Null; fields.len()], preds: vec![false; preds.len()],
                          kids: vec![NO_KEY; self.core.spaces.len()] };
         self.tmp = self.cur.clone();
         self.fields = fields;
@@ -1977,6 +1989,7 @@ impl StreamCore {
             self.cur.vals.copy_from_slice(&vals[i * width..(i + 1) * width]);
             self.cur.preds.copy_from_slice(&flags[i * pwidth..(i + 1) * pwidth]);
             self.cur.kids.fill(NO_KEY);
+            self.cur.looked = false;
             self.blob.clear();
             self.blob.extend_from_slice(&blobs[start..ends[i]]);
             start = ends[i];
