@@ -207,6 +207,11 @@ impl KeySpace {
         (self.slab.grows(), self.slab.capacity(), self.slab.ready())
     }
 
+    /// No huge pages for the record slab: most ids of a lazy space make no record (lazy.rs).
+    pub fn sparse_slab(&mut self) {
+        self.slab.set_sparse();
+    }
+
     /// Empty the record slab and give it `stride` states per id (the plain tables are
     /// detached: `GroupTable::detach`, then `attach` each at its column).
     pub fn reset_slab(&mut self, stride: usize) {

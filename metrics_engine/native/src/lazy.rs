@@ -79,6 +79,9 @@ pub struct LazySpace {
     vals: Vec<Val>,
     /// By id: its generation + 1 while the key is eager (a freed id's mark is void).
     eager: Vec<u64>,
+    /// Bit `id`: the id may be eager (set with its mark, cleared when it logs an event): a
+    /// head passing a row asks it first, from a few cache lines, not a line per id.
+    maybe: Vec<u64>,
     /// Logged events below this position were passed by every head of the space's tables.
     pub floor: u64,
     sweep: usize,
@@ -102,6 +105,7 @@ impl LazySpace {
             self.at.resize(n * LOG_MAX, (0, 0));
             self.vals.resize(n * LOG_MAX * self.inputs.len(), Val::Null);
             self.eager.resize(n, 0);
+            self.maybe.resize(n.div_ceil(64), 0);
         }
     }
 
@@ -120,6 +124,13 @@ impl LazySpace {
     pub fn set_eager(&mut self, id: u32, gen: u32) {
         self.room(id);
         self.eager[id as usize] = gen as u64 + 1;
+        self.maybe[id as usize / 64] |= 1 << (id % 64);
+    }
+
+    /// Whether key `id` may be eager (`is_eager` tells; false: it is not).
+    #[inline]
+    pub fn maybe_eager(&self, id: u32) -> bool {
+        self.maybe.get(id as usize / 64).is_some_and(|w| w >> (id % 64) & 1 == 1)
     }
 
     /// (ts, pos) of key `id`'s logged events, oldest first.
@@ -175,6 +186,7 @@ impl LazySpace {
             self.vals[at * w + c] = value(inp);
         }
         self.len[id as usize] = n as u8 + 1;
+        self.maybe[id as usize / 64] &= !(1 << (id % 64)); // a key that logs is raw
         self.tick += 1;
     }
 

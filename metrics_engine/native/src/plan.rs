@@ -561,7 +561,7 @@ impl Core {
             if r.id == u32::MAX {
                 return true;
             }
-            if self.logs[s].as_ref().is_some_and(|ls| ls.is_eager(r.id, r.gen))
+            if self.logs[s].as_ref().is_some_and(|ls| ls.maybe_eager(r.id) && ls.is_eager(r.id, r.gen))
                 && self.spaces[s].valid(r.id, r.gen) {
                 return true;
             }
@@ -623,6 +623,7 @@ impl Core {
                 tables.push(t);
             }
             self.logs[s] = Some(LazySpace::new(tables, inputs));
+            self.spaces[s].sparse_slab();
         }
         self.folds = (0..fams.len()).map(|_| Fold::default()).collect();
         self.folded = None;
@@ -1861,6 +1862,19 @@ impl StreamCore {
         self.lowered.clear(); // rows of the old plan's width
         self.template = None; // names of the old plan's outputs
         self.core.plan_lazy(&self.cursors, self.lazy_min_tables);
+        // Outputs of lazy tables that fold alike (lazy.rs) read one fold for a raw key: the
+        // values of the output before, when its states are that very fold (`states_id`).
+        let fam = |o: &Output| self.core.lazy[self.core.groups[o.table].0].as_ref().map(|l| l.fam);
+        let alike: Vec<bool> = (0..self.outputs.len()).map(|i| {
+            i > 0 && {
+                let (a, b) = (&self.outputs[i - 1], &self.outputs[i]);
+                fam(a).is_some() && fam(a) == fam(b) && a.metrics.len() == b.metrics.len()
+                    && a.metrics.iter().zip(&b.metrics).all(|(x, y)| x.1 == y.1 && x.2 == y.2)
+            }
+        }).collect();
+        for (o, a) in self.outputs.iter_mut().zip(alike) {
+            o.same_as_prev |= a;
+        }
         for c in self.cursors.iter_mut() {
             c.lazy = c.inserts.is_empty() && !c.evicts.is_empty()
                 && c.evicts.iter().all(|&w| self.core.lazy_window[w].is_some());

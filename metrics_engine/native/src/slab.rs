@@ -7,6 +7,11 @@
 //! of milliseconds, every fresh page faulted in twice.) One base address keeps a record's
 //! place a multiplication away, as in a vector.
 //!
+//! A record is made (its states written) when its id first needs one, not every record below
+//! it: with lazy eviction (lazy.rs) most ids are raw keys that never touch their record, so
+//! the pages of theirs are never touched either. Such a slab is not backed by huge pages
+//! (`set_sparse`): one eager key's record would fault in, and zero, 2 MiB around it.
+//!
 //! Callers index by (id, column, width) and must `grow` to an id before touching it; a
 //! record's address may change when the slab grows (nothing holds one across a `grow`).
 
@@ -28,8 +33,10 @@ pub struct Slab {
     ptr: *mut Line,
     bytes: usize, // mapped
     stride: usize,
-    ready: usize, // ids `0..ready` have their records made
+    made: Vec<u64>, // bit `id`: its record is made (its lines initialised)
+    count: usize,   // records made
     grows: usize,
+    sparse: bool,   // no huge pages (`set_sparse`)
 }
 
 // SAFETY: the slab owns its mapping and the states in it, as a `Vec<Line>` would, and
@@ -46,7 +53,8 @@ impl Default for Slab {
 
 impl Slab {
     pub fn new(stride: usize) -> Slab {
-        Slab { ptr: std::ptr::NonNull::dangling().as_ptr(), bytes: 0, stride, ready: 0, grows: 0 }
+        Slab { ptr: std::ptr::NonNull::dangling().as_ptr(), bytes: 0, stride, made: vec![],
+               count: 0, grows: 0, sparse: false }
     }
 
     /// Ids the mapping has room for (ids `0..capacity()`).
@@ -61,25 +69,34 @@ impl Slab {
 
     /// Ids whose records are made (a debug counter for tests).
     pub fn ready(&self) -> usize {
-        self.ready
+        self.count
     }
 
-    /// Every line made so far.
-    fn made(&self) -> &[Line] {
-        // SAFETY: the first `ready * stride` lines are initialised (`grow`) and owned here.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.ready * self.stride) }
+    /// Whether id `id`'s record is made.
+    #[inline]
+    fn is_made(&self, id: usize) -> bool {
+        self.made.get(id / 64).is_some_and(|w| w >> (id % 64) & 1 == 1)
     }
 
-    fn made_mut(&mut self) -> &mut [Line] {
-        // SAFETY: as in `made`, borrowed mutably through `self`.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.ready * self.stride) }
+    /// The lines of id `id`'s record. Panics if it is not made (grow first).
+    #[inline]
+    fn record(&self, id: usize) -> &[Line] {
+        assert!(self.is_made(id), "slab record {id} not made");
+        // SAFETY: a made record's `stride` lines are initialised (`make`) and owned here.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(id * self.stride), self.stride) }
     }
 
-    /// The `w` states of id `id` from column `col`. Panics past the records made (grow first).
+    #[inline]
+    fn record_mut(&mut self, id: usize) -> &mut [Line] {
+        assert!(self.is_made(id), "slab record {id} not made");
+        // SAFETY: as in `record`, borrowed mutably through `self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(id * self.stride), self.stride) }
+    }
+
+    /// The `w` states of id `id` from column `col`. Panics if its record is not made.
     #[inline]
     pub fn states(&self, id: usize, col: usize, w: usize) -> &[Option<State>] {
-        let at = id * self.stride + col;
-        let s = &self.made()[at..at + w];
+        let s = &self.record(id)[col..col + w];
         // SAFETY: `Line` is `repr(C)` around one `Option<State>` and of the same size
         // (asserted above), so `w` lines are `w` states laid out as a slice.
         unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), w) }
@@ -87,8 +104,7 @@ impl Slab {
 
     #[inline]
     pub fn states_mut(&mut self, id: usize, col: usize, w: usize) -> &mut [Option<State>] {
-        let at = id * self.stride + col;
-        let s = &mut self.made_mut()[at..at + w];
+        let s = &mut self.record_mut(id)[col..col + w];
         // SAFETY: as in `states`; the borrow of the lines is the borrow of the states.
         unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), w) }
     }
@@ -97,13 +113,31 @@ impl Slab {
     /// prefetching).
     #[inline]
     pub fn addr(&self, id: usize, col: usize) -> Option<*const Option<State>> {
-        self.made().get(id * self.stride + col).map(|l| (&l.0) as *const Option<State>)
+        if !self.is_made(id) || col >= self.stride {
+            return None;
+        }
+        Some((&self.record(id)[col].0) as *const Option<State>)
     }
 
-    /// State `col` of id `id`, taken out (None past the records made).
+    /// State `col` of id `id`, taken out (None if its record is not made).
     pub fn take(&mut self, id: usize, col: usize) -> Option<State> {
-        let at = id * self.stride + col;
-        self.made_mut().get_mut(at).and_then(|l| l.0.take())
+        if !self.is_made(id) {
+            return None;
+        }
+        self.record_mut(id).get_mut(col).and_then(|l| l.0.take())
+    }
+
+    /// No huge pages for this slab (most of its ids make no record: lazy.rs): the mapping is
+    /// advised so now, and not advised huge when it grows.
+    pub fn set_sparse(&mut self) {
+        self.sparse = true;
+        if self.bytes > 0 {
+            #[cfg(target_os = "linux")]
+            // SAFETY: the slab's whole live mapping; the advice changes no contents.
+            unsafe {
+                libc::madvise(self.ptr.cast(), self.bytes, libc::MADV_NOHUGEPAGE);
+            }
+        }
     }
 
     /// Make the records of ids up to `id`, growing the mapping (at least doubling it) when
@@ -112,7 +146,7 @@ impl Slab {
     /// slab also misses the TLB).
     #[inline]
     pub fn grow(&mut self, id: usize) {
-        if id < self.ready {
+        if self.is_made(id) {
             return;
         }
         self.make(id);
@@ -125,22 +159,39 @@ impl Slab {
             self.ptr = remap(self.ptr, self.bytes, want);
             self.bytes = want;
             self.grows += 1;
-            advise_huge(self.ptr.cast(), want);
+            if !self.sparse {
+                advise_huge(self.ptr.cast(), want);
+            }
         }
-        for at in self.ready * self.stride..(id + 1) * self.stride {
+        for at in id * self.stride..(id + 1) * self.stride {
             // SAFETY: inside the mapping (checked above), and not initialised yet.
             unsafe { self.ptr.add(at).write(Line(None)) };
         }
-        self.ready = id + 1;
+        if self.made.len() <= id / 64 {
+            self.made.resize(id / 64 + 1, 0);
+        }
+        self.made[id / 64] |= 1 << (id % 64);
+        self.count += 1;
+    }
+
+    /// The ids whose records are made.
+    fn made_ids(&self) -> Vec<usize> {
+        (0..self.made.len() * 64).filter(|&i| self.is_made(i)).collect()
     }
 
     /// Every state of the slab.
-    pub fn iter(&self) -> impl Iterator<Item = &State> {
-        self.made().iter().filter_map(|l| l.0.as_ref())
+    pub fn iter(&self) -> impl Iterator<Item = &State> + '_ {
+        self.made_ids().into_iter().flat_map(move |i| self.record(i).iter().filter_map(|l| l.0.as_ref()))
     }
 
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut State> {
-        self.made_mut().iter_mut().filter_map(|l| l.0.as_mut())
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut State> + '_ {
+        let (ptr, stride) = (self.ptr, self.stride);
+        self.made_ids().into_iter().flat_map(move |i| {
+            // SAFETY: each made record once, its lines initialised; the records are disjoint,
+            // and the iterator borrows the slab mutably for as long as it lives.
+            let lines = unsafe { std::slice::from_raw_parts_mut(ptr.add(i * stride), stride) };
+            lines.iter_mut().filter_map(|l| l.0.as_mut())
+        })
     }
 }
 
@@ -149,10 +200,12 @@ impl Drop for Slab {
         if self.bytes == 0 {
             return;
         }
-        // SAFETY: the made lines are initialised and dropped once here; then the mapping,
-        // which this slab made (`remap`), goes.
+        // SAFETY: the made records' lines are initialised and dropped once here; then the
+        // mapping, which this slab made (`remap`), goes.
         unsafe {
-            std::ptr::drop_in_place(self.made_mut() as *mut [Line]);
+            for i in self.made_ids() {
+                std::ptr::drop_in_place(self.record_mut(i) as *mut [Line]);
+            }
             libc::munmap(self.ptr.cast(), self.bytes);
         }
     }
