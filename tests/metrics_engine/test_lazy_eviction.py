@@ -298,3 +298,36 @@ def test_an_earlier_builds_snapshot_restores_into_lazy_tables(tmp_path, monkeypa
     assert eng.digest() == live.digest()
     eng.close()
     live.close()
+
+
+@pytest.mark.parametrize("arrow", [False, True])
+def test_batches_into_columns_equal_one_event_per_call(tmp_path, monkeypatch, arrow):
+    """The batched call over lazy tables (folds read once, values reused by the windows
+    after) gives the values, and types, of one event per call and of the eager path."""
+    import numpy as np
+
+    events = [(t, {**ev, "amount": ev["amount"] if isinstance(ev["amount"], int)
+                   and abs(ev["amount"]) < 2**40 else 7,
+                   "merchant": ev["merchant"] or "m0"}) for t, ev in STREAM]
+    got = {}
+    for mode, lazy_min in (("lazy", None), ("eager", EAGER)):
+        monkeypatch.setattr(plan_module, "LAZY_MIN_TABLES", lazy_min)
+        eng = _engine(tmp_path / f"call-{mode}")
+        got[mode] = _feed(eng, events)
+        eng.close()
+    monkeypatch.setattr(plan_module, "LAZY_MIN_TABLES", None)
+    eng = _engine(tmp_path / "batch")
+    batched: dict[str, list] = {}
+    for lo in range(0, len(events), 97):
+        part = events[lo:lo + 97]
+        cols = {k: np.array([ev[k] for _, ev in part]) for k in ("card", "channel", "merchant",
+                                                                 "amount")}
+        out = eng.ingest_many("payments", np.array([t for t, _ in part]), cols, arrow=arrow)
+        for k, v in out.items():
+            batched.setdefault(k, []).extend(v.to_pylist() if arrow else v)
+    assert eng._plan.streams["payments"].core.reused_reads() > 0
+    eng.close()
+    assert got["lazy"] == got["eager"]
+    for i, want in enumerate(got["lazy"]):
+        for k, w in want.items():
+            assert batched[k][i] == w and type(batched[k][i]) is type(w), (k, i, batched[k][i], w)
