@@ -4,8 +4,10 @@
 a small tokio runtime of its own threads) listens on the node's address and parses, reads and
 writes without the GIL. ``POST /v1/events`` without a query is read whole there, bounded by
 ``limits.body_bytes_max`` (past it: the 413 ``HotPath`` gives, rendered once at start), and
-handed to one Python thread in batches (one wakeup and one GIL acquisition per batch). That
-thread runs ``HotPath.serve_order``, the lean path's own checks, decode and submit; the node's
+handed to Python as ``settings.native_http_handoff`` says: ``direct`` (the default), a call on
+the runtime's thread that read it; ``batch``, one Python thread taking them in batches (one
+wakeup and one GIL acquisition per batch). Either runs ``HotPath.serve_order``, the lean
+path's own checks, decode and submit; the node's
 thread that applied the order builds the answer (``HotPath._order_applied``) and hands status,
 headers and body to the request's ``Reply`` (a native call that queues it for the runtime and
 returns), with no event loop in between. A run still waiting on an app is waited for on a
