@@ -271,33 +271,14 @@ def test_one_window_or_many_the_values_are_the_same(tmp_path, monkeypatch, lazy_
 def test_an_earlier_builds_snapshot_restores_into_lazy_tables(tmp_path, monkeypatch):
     """The snapshot fixture (written before lazy eviction) restored with every eligible table
     lazy: its digest, then values equal to the brute force and an engine fed everything."""
-    import json
-    import shutil
-
-    from .oracle import check_values
-    from .snapshot_fixture import CUT, FIXTURE
-    from .snapshot_fixture import OPTS as FIXTURE_OPTS
-    from .snapshot_fixture import TEXTS as FIXTURE_TEXTS
-    from .snapshot_fixture import stream as fixture_stream
+    from .snapshot_fixture import check_restores_and_carries_on
 
     monkeypatch.setattr(plan_module, "LAZY_MIN_TABLES", 1)
-    snap = tmp_path / "snap"
-    shutil.copytree(FIXTURE / "snapshot", snap)
-    eng = Engine(tmp_path / "node", **FIXTURE_OPTS)
-    eng.restore(snap)
-    assert eng._plan.streams["payments"].core.lazy_counts()  # lazy tables there
-    assert eng.digest() == json.loads((FIXTURE / "manifest.json").read_text())["digest"]
-    events = fixture_stream()
-    got = [eng.ingest("payments", ev, t) for t, ev in events[CUT:]]
-    check_values([d for text in FIXTURE_TEXTS for d in parse(text)], events, got, start=CUT)
-    live = Engine(tmp_path / "live", **FIXTURE_OPTS)
-    for text in FIXTURE_TEXTS:
-        live.define(text)
-    for t, ev in events:
-        live.ingest("payments", ev, t)
-    assert eng.digest() == live.digest()
-    eng.close()
-    live.close()
+
+    def lazy_tables_there(eng):
+        assert eng._plan.streams["payments"].core.lazy_counts()
+
+    check_restores_and_carries_on(tmp_path, lazy_tables_there)
 
 
 @pytest.mark.parametrize("arrow", [False, True])

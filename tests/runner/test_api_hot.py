@@ -81,14 +81,18 @@ def test_bad_orders_get_the_reference_answer(apps, body):
     assert (a.status_code, a.json()) == (b.status_code, b.json())
 
 
-@pytest.mark.parametrize("params,headers", [
+# Requests whose query or headers are wrong, each answered with a 4xx naming what.
+BAD_REQUESTS = [
     ({"deadline_ms": "0"}, {}),
     ({"deadline_ms": "abc"}, {}),
     ({}, {"Authorization": "Bearer nope"}),
     ({}, {"Authorization": "Basic abc"}),
     ({}, {"Authorization": ""}),
     ({}, {"content-type": "text/plain"}),
-])
+]
+
+
+@pytest.mark.parametrize("params,headers", BAD_REQUESTS)
 def test_bad_requests_get_the_reference_answer(apps, params, headers):
     hot, ref, _, _ = apps
     body = _order("bad-request")

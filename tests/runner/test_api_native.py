@@ -33,7 +33,7 @@ from runner.api.app import create_app
 from runner.api.transport import HttpToolsProtocol
 from runner.nodes import free_base_port
 from runner.settings import Settings
-from tests.runner.test_api_hot import BAD_BODIES
+from tests.runner.test_api_hot import BAD_BODIES, BAD_REQUESTS
 from tests.runner.test_api_lean import _post, _responses, _wait_workflows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,14 +148,7 @@ def test_bad_orders_get_the_reference_answer(nodes, body):
                        headers={"content-type": "application/json"}))
 
 
-@pytest.mark.parametrize("params,headers", [
-    ({"deadline_ms": "0"}, {}),
-    ({"deadline_ms": "abc"}, {}),
-    ({}, {"Authorization": "Bearer nope"}),
-    ({}, {"Authorization": "Basic abc"}),
-    ({}, {"Authorization": ""}),
-    ({}, {"content-type": "text/plain"}),
-])
+@pytest.mark.parametrize("params,headers", BAD_REQUESTS)
 def test_bad_requests_get_the_reference_answer(nodes, params, headers):
     _same_error(*_both(nodes, "POST", "/v1/events", json=_order("nat-bad"), params=params,
                        headers=headers))
