@@ -1454,19 +1454,7 @@ impl StreamCore {
                     self.core.insert(w, &mut self.tmp, ts, pos, None);
                 }
             }
-            for &w in &c.evicts {
-                if let Err(m) = self.core.evict(w, &mut self.tmp, ts, pos) {
-                    return Err(self.invariant(py, m));
-                }
-            }
-            // Ids this row got (or renewed) go back to the cache, compared in place: no copy
-            // of the row's ids per event.
-            if self.lowered[&k].kids[idx * kwidth..(idx + 1) * kwidth] != self.tmp.kids[..] {
-                self.keep_kids(k, idx, false);
-            }
-            let c = &mut self.cursors[ci];
-            c.pos += 1;
-            c.idx += 1;
+            self.evict_row(py, ci, k, idx, ts, pos)?;
         }
         Ok(())
     }
@@ -1518,19 +1506,30 @@ impl StreamCore {
             self.tmp.preds.copy_from_slice(&lw.preds[idx * pwidth..(idx + 1) * pwidth]);
             self.tmp.kids.copy_from_slice(&lw.kids[idx * kwidth..(idx + 1) * kwidth]);
             let pos = self.cursors[ci].pos;
-            for wi in 0..self.cursors[ci].evicts.len() {
-                let w = self.cursors[ci].evicts[wi];
-                if let Err(m) = self.core.evict(w, &mut self.tmp, ts, pos) {
-                    return Err(self.invariant(py, m));
-                }
-            }
-            if self.lowered[&k].kids[idx * kwidth..(idx + 1) * kwidth] != self.tmp.kids[..] {
-                self.keep_kids(k, idx, false);
-            }
-            let c = &mut self.cursors[ci];
-            c.pos += 1;
-            c.idx += 1;
+            self.evict_row(py, ci, k, idx, ts, pos)?;
         }
+        Ok(())
+    }
+
+    /// The row `idx` of lowered chunk `k`, loaded into `tmp`, leaves head `ci`'s evicting
+    /// windows; the head moves past it.
+    fn evict_row(&mut self, py: Python<'_>, ci: usize, k: i64, idx: usize, ts: i64, pos: u64)
+                 -> PyResult<()> {
+        for wi in 0..self.cursors[ci].evicts.len() {
+            let w = self.cursors[ci].evicts[wi];
+            if let Err(m) = self.core.evict(w, &mut self.tmp, ts, pos) {
+                return Err(self.invariant(py, m));
+            }
+        }
+        // Ids this row got (or renewed) go back to the cache, compared in place: no copy of
+        // the row's ids per event.
+        let kwidth = self.core.spaces.len();
+        if self.lowered[&k].kids[idx * kwidth..(idx + 1) * kwidth] != self.tmp.kids[..] {
+            self.keep_kids(k, idx, false);
+        }
+        let c = &mut self.cursors[ci];
+        c.pos += 1;
+        c.idx += 1;
         Ok(())
     }
 
