@@ -306,14 +306,16 @@ def main(argv: list[str] | None = None) -> int:
                             warmup, seed + 1)
             row = {"name": name, "rate": rate, "duration_s": duration,
                    "generator": args.generator, **load["percentiles"], "errors": load["errors"],
-                   "decisions": load["decisions"], "send_lag_s": load["send_lag_s"],
+                   "decisions": load["decisions"], "reconnects": load.get("reconnects", 0),
+                   "send_lag_s": load["send_lag_s"],
                    "generator_core_share": load["generator_core_share"],
                    "generator_cpu_us_per_request": load["generator_cpu_us_per_request"]}
             if path == "/v1/events":
                 row["log_round_trip"] = leader_round_trip(leader.url, secret)
             results.append(row)
             print(f"  {name} @ {rate}/s: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
-                  f"p99.9 {row['p999_ms']} ms, errors {row['errors']}", flush=True)
+                  f"p99.9 {row['p999_ms']} ms, errors {row['errors']}, "
+                  f"reconnects {row['reconnects']}", flush=True)
     finally:
         cluster.stop()
         if started_cluster:

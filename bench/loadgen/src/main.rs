@@ -8,6 +8,13 @@
 //! to one single-threaded tokio runtime that owns every connection, so the generator costs
 //! the machine it measures as little CPU as it can.
 //!
+//! Connections are taken in turn (first in, first out), so none sits idle long enough for the
+//! server's keep-alive timeout at the rates we run. A request whose connection the server
+//! had closed (the write fails, or the answer ends before its first byte) is sent again once
+//! on a fresh connection and counted in `reconnects`: it never reached the server's handler,
+//! and an order's event id makes a repeat harmless anyway. Any other failure is an error, and
+//! its connection is replaced, so the pool never shrinks.
+//!
 //! Bodies come from a file, one per line; `@ID@` in a line is replaced by `<tag>-<n>` (n is
 //! the request's number), so every order has its own event id. The result is one JSON object
 //! on stdout: counts, percentiles in microseconds, errors and the first run's decisions.
@@ -17,7 +24,7 @@
 //!        --bodies FILE --tag TAG
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -86,6 +93,7 @@ struct Conn {
 
 #[derive(Default)]
 struct Stats {
+    reconnects: u64,
     errors: BTreeMap<String, u64>,
     decisions: BTreeMap<String, u64>,
 }
@@ -104,33 +112,49 @@ fn content_length(head: &[u8]) -> usize {
     0
 }
 
+/// How an exchange failed: `Stale` when nothing of an answer came back (the server had closed
+/// the kept-alive connection before it read the request), `Broken` otherwise.
+enum Failure {
+    Stale(io::Error),
+    Broken(io::Error),
+}
+
+async fn connect(target: &str) -> io::Result<TcpStream> {
+    let stream = TcpStream::connect(target).await?;
+    stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
 /// Send one request on a kept-alive connection and read its answer: (status, body).
-async fn exchange(conn: &mut Conn, request: &[u8]) -> io::Result<(u16, Vec<u8>)> {
-    conn.stream.write_all(request).await?;
+async fn exchange(conn: &mut Conn, request: &[u8]) -> Result<(u16, Vec<u8>), Failure> {
+    conn.stream.write_all(request).await.map_err(Failure::Stale)?;
     conn.buf.clear();
     let mut chunk = [0u8; READ_CHUNK_BYTES];
     let head_end = loop {
-        let n = conn.stream.read(&mut chunk).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
+        let n = match conn.stream.read(&mut chunk).await {
+            Ok(0) if conn.buf.is_empty() => return Err(Failure::Stale(io::ErrorKind::UnexpectedEof.into())),
+            Ok(0) => return Err(Failure::Broken(io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => n,
+            Err(e) if conn.buf.is_empty() => return Err(Failure::Stale(e)),
+            Err(e) => return Err(Failure::Broken(e)),
+        };
         conn.buf.extend_from_slice(&chunk[..n]);
         if let Some(at) = find(&conn.buf, b"\r\n\r\n") {
             break at + 4;
         }
     };
     if conn.buf.len() < 12 {
-        return Err(io::ErrorKind::InvalidData.into());
+        return Err(Failure::Broken(io::ErrorKind::InvalidData.into()));
     }
     let status: u16 = std::str::from_utf8(&conn.buf[9..12])
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or(io::ErrorKind::InvalidData)?;
+        .ok_or(Failure::Broken(io::ErrorKind::InvalidData.into()))?;
     let length = content_length(&conn.buf[..head_end]);
     while conn.buf.len() < head_end + length {
-        let n = conn.stream.read(&mut chunk).await?;
+        let n = conn.stream.read(&mut chunk).await.map_err(Failure::Broken)?;
         if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+            return Err(Failure::Broken(io::ErrorKind::UnexpectedEof.into()));
         }
         conn.buf.extend_from_slice(&chunk[..n]);
     }
@@ -179,13 +203,13 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let local = tokio::task::LocalSet::new();
     let out = local.block_on(&rt, async move {
-        let pool: Rc<RefCell<Vec<Conn>>> = Rc::new(RefCell::new(vec![]));
+        let pool: Rc<RefCell<VecDeque<Conn>>> = Rc::new(RefCell::new(VecDeque::new()));
         for i in 0..args.connections * args.targets.len() {
             let target = i % args.targets.len();
-            let stream = TcpStream::connect(&args.targets[target]).await.expect("connect");
-            stream.set_nodelay(true).unwrap();
-            pool.borrow_mut().push(Conn { target, stream, buf: Vec::with_capacity(8192) });
+            let stream = connect(&args.targets[target]).await.expect("connect");
+            pool.borrow_mut().push_back(Conn { target, stream, buf: Vec::with_capacity(8192) });
         }
+        let targets = Rc::new(args.targets.clone());
         let free = Rc::new(Semaphore::new(pool.borrow().len()));
         let hist = Rc::new(RefCell::new(Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3).unwrap()));
         let stats = Rc::new(RefCell::new(Stats::default()));
@@ -218,21 +242,39 @@ fn main() {
                 body.extend_from_slice(tail);
             }
             let (pool, free, hist, stats) = (pool.clone(), free.clone(), hist.clone(), stats.clone());
-            let heads = heads.clone();
+            let (heads, targets) = (heads.clone(), targets.clone());
             tasks.push(tokio::task::spawn_local(async move {
                 let permit = free.acquire().await.unwrap(); // waiting here counts (open loop)
-                let mut conn = pool.borrow_mut().pop().expect("a permit means a connection");
+                let mut conn = pool.borrow_mut().pop_front().expect("a permit means a connection");
                 let mut request = heads[conn.target].clone();
                 request.extend_from_slice(body.len().to_string().as_bytes());
                 request.extend_from_slice(b"\r\n\r\n");
                 request.extend_from_slice(&body);
-                match exchange(&mut conn, &request).await {
-                    Err(e) => {
+                let mut outcome = exchange(&mut conn, &request).await;
+                if matches!(outcome, Err(Failure::Stale(_))) {
+                    stats.borrow_mut().reconnects += 1;
+                    outcome = match connect(&targets[conn.target]).await {
+                        Ok(stream) => {
+                            conn.stream = stream;
+                            exchange(&mut conn, &request).await
+                        }
+                        Err(e) => Err(Failure::Broken(e)),
+                    };
+                }
+                match outcome {
+                    Err(Failure::Stale(e) | Failure::Broken(e)) => {
                         *stats.borrow_mut().errors.entry(format!("{:?}", e.kind())).or_default() += 1;
-                        permit.forget(); // the connection is dropped: one fewer in the pool
+                        match connect(&targets[conn.target]).await {
+                            Ok(stream) => {
+                                conn.stream = stream;
+                                pool.borrow_mut().push_back(conn);
+                                drop(permit);
+                            }
+                            Err(_) => permit.forget(), // no connection: one fewer in the pool
+                        }
                     }
                     Ok((status, answer)) => {
-                        pool.borrow_mut().push(conn);
+                        pool.borrow_mut().push_back(conn);
                         drop(permit);
                         if intended < warm_end {
                             return;
@@ -267,7 +309,7 @@ fn main() {
         format!(
             "{{\"sent\": {}, \"count\": {}, \"p50_us\": {}, \"p99_us\": {}, \"p999_us\": {}, \
              \"max_us\": {}, \"min_us\": {}, \"errors\": {}, \"decisions\": {}, \
-             \"send_lag_s\": {:.3}}}",
+             \"reconnects\": {}, \"send_lag_s\": {:.3}}}",
             total,
             h.len(),
             h.value_at_quantile(0.50),
@@ -277,6 +319,7 @@ fn main() {
             h.min(),
             map(&s.errors),
             map(&s.decisions),
+            s.reconnects,
             lag_s
         )
     });
