@@ -6,9 +6,12 @@ tens of milliseconds. So apply only appends rows to the current *generation* (ea
 rows are staged apart and absorbed once it applied, so a rejected entry leaves none); a full
 generation is handed to a flusher thread that inserts it (one statement per table, in
 generation order so a later version of a run always wins). The buffer is part of the logical
-state: before any query of these tables, snapshot or digest, the apply thread calls
-``flush()``, which waits for every generation to land. API readers on other threads look into
-the generations (under the lock) before DuckDB, so an applied run is always visible.
+state: before any query of these tables or digest, the apply thread calls ``flush()``, which
+waits for every generation to land. A snapshot does not wait: ``when_landed`` queues its
+capture behind the generations, and the flusher opens the view once they are in (a flush on
+the apply thread paused every order for 100-250 ms at each checkpoint). API readers on other
+threads look into the generations (under the lock) before DuckDB, so an applied run is always
+visible.
 """
 
 from __future__ import annotations
@@ -16,7 +19,12 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Any
 
 import duckdb
 import orjson
@@ -114,6 +122,26 @@ _CONTAINERS = tuple(_Generation.__dataclass_fields__)
 Stage = _Generation  # the rows one entry adds, merged by ``RowBuffer.absorb`` once it applied
 
 
+class _Marker:
+    """Work queued behind the generations: the flusher runs it once they are in DuckDB."""
+
+    __slots__ = ("work", "result")
+
+    def __init__(self, work: Callable[[], Any]) -> None:
+        self.work = work
+        self.result: Future[Any] = Future()
+
+    def run(self) -> None:
+        try:
+            self.result.set_result(self.work())
+        except BaseException as exc:  # noqa: BLE001 - the waiter gets it
+            self.result.set_exception(exc)
+
+    def fail(self, why: str) -> None:
+        if not self.result.done():
+            self.result.set_exception(InvariantViolation(why))
+
+
 class RowBuffer:
     def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
         self._lock = threading.Lock()
@@ -121,7 +149,8 @@ class RowBuffer:
         self.current = _Generation()
         self._current_since: int | None = None  # log time of the current generation's start
         self._in_flight: list[_Generation] = []  # oldest first
-        self._queue: queue.Queue[_Generation | None] = queue.Queue()
+        self._queue: queue.Queue[_Generation | _Marker | None] = queue.Queue()
+        self._markers: deque[Future[Any]] = deque()  # queued by apply, maybe not yet run
         self._cursor = con.cursor()
         self.failure: BaseException | None = None
         self._thread = threading.Thread(target=self._flusher, name="duckdb-flush", daemon=True)
@@ -179,8 +208,26 @@ class RowBuffer:
                 self._hand_off_locked()
 
     def flush(self) -> None:
-        """Wait until every row absorbed so far is in DuckDB (apply thread: all of them)."""
+        """Wait until every row absorbed so far is in DuckDB (apply thread: all of them), and
+        every ``when_landed`` work queued before ran: apply may write DuckDB itself next, and
+        a snapshot's view must not see that."""
         self.sync()
+        while self._markers:
+            futures.wait([self._markers.popleft()])
+
+    def when_landed(self, work: Callable[[], Any]) -> Future[Any]:
+        """Run ``work`` on the flusher thread once every row absorbed so far is in DuckDB and
+        before any row absorbed later is (apply thread; returns at once). Its result, or its
+        error, or the flush's failure, comes through the future."""
+        marker = _Marker(work)
+        with self._landed:
+            if self.failure is not None:
+                marker.fail(f"flushing to DuckDB failed: {self.failure}")
+                return marker.result
+            self._hand_off_locked()
+            self._queue.put(marker)
+        self._markers.append(marker.result)
+        return marker.result
 
     # ---------------------------------------------------------------- any thread
     def sync(self) -> None:
@@ -200,6 +247,17 @@ class RowBuffer:
         self._queue.put(None)
         self._thread.join(timeout=10)
         self._cursor.close()
+        self._fail_markers("the row buffer is closed")
+
+    def _fail_markers(self, why: str) -> None:
+        """Fail the work still queued (its generations will never land)."""
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Marker):
+                item.fail(why)
 
     def _hand_off_locked(self) -> None:
         """Queue the current generation (caller holds the lock, so generations stay in order)."""
@@ -261,12 +319,16 @@ class RowBuffer:
             gen = self._queue.get()
             if gen is None:
                 return
+            if isinstance(gen, _Marker):
+                gen.run()
+                continue
             try:
                 _write(self._cursor, gen)
             except BaseException as exc:  # noqa: BLE001 - surfaced on the apply thread
                 log.exception("DuckDB flush failed")
                 with self._landed:
                     self.failure = exc
+                    self._fail_markers(f"flushing to DuckDB failed: {exc}")
                     self._landed.notify_all()
                 return
             with self._landed:  # only now may readers stop finding the rows here

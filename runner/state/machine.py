@@ -321,8 +321,10 @@ class RunnerStateMachine:
         return self._buffer.views_of_event(event_id)
 
     def snapshot(self) -> snapshot.SnapshotWriter:
-        self.flush()
-        return snapshot.capture(self.con, self.engine, self._applied, self._rows_total)
+        """Capture the state at the applied offset without waiting for DuckDB: the engine's
+        files now, the tables' view once the flusher wrote every pending generation."""
+        view = self._buffer.when_landed(lambda: snapshot.open_view(self.con))
+        return snapshot.capture(view, self.engine, self._applied, self._rows_total)
 
     def restore(self, directory: Path) -> None:
         self._applied = snapshot.restore(self.con, self.engine, Path(directory))

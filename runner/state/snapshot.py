@@ -1,12 +1,13 @@
 """Snapshots, restore and the digest of the runner state (DuckDB tables + metrics engine).
 
-``capture`` runs while apply is paused: it opens a DuckDB cursor and transaction (MVCC keeps
-that view while apply continues) and has the metrics engine write its snapshot into a temporary
-directory. On a background thread, ``SnapshotWriter.write(dir)`` dumps each table to Parquet and
-moves the engine's files in, ``digest()`` combines the sum of row hashes apply kept at the
-capture (``runner.state.digest``: no table is read) with the engine's digest, and ``close()``
-releases the view. ``digest(con, engine)`` computes the same digest from the tables (a full
-scan: tests and tools).
+``capture`` runs while apply is paused: it has the metrics engine write its snapshot into a
+temporary directory and takes the DuckDB view (a cursor in a transaction: MVCC keeps it while
+apply continues), or a future of it that the row buffer's flusher opens once the rows applied
+before the capture landed (``RowBuffer.when_landed``). On a background thread,
+``SnapshotWriter.write(dir)`` dumps each table to Parquet and moves the engine's files in,
+``digest()`` combines the sum of row hashes apply kept at the capture (``runner.state.digest``:
+no table is read) with the engine's digest, and ``close()`` releases the view.
+``digest(con, engine)`` computes the same digest from the tables (a full scan: tests and tools).
 Parts: ``<table>.parquet``, ``metrics/``, ``state.json``.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,12 @@ from runner.state import schema
 
 
 class SnapshotWriter:
-    def __init__(self, cursor: duckdb.DuckDBPyConnection, engine_dir: Path | None,
+    def __init__(self, cursor: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection],
+                 engine_dir: Path | None,
                  applied_offset: int, engine_digest: str | None = None,
                  rows_total: int | None = None) -> None:
-        self._cursor: duckdb.DuckDBPyConnection | None = cursor
+        self._cursor: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection] | None = \
+            cursor
         self._engine_dir = engine_dir
         self._engine_tmp = engine_dir.parent if engine_dir is not None else None
         self._applied = applied_offset
@@ -72,9 +76,14 @@ class SnapshotWriter:
     def close(self) -> None:
         """Release the captured view (and the engine files if ``write`` never moved them)."""
         if self._cursor is not None:
-            self._cursor.execute("COMMIT")
-            self._cursor.close()
+            try:
+                cursor = self._resolved()
+            except Exception:  # noqa: BLE001 - the view never opened: nothing to release
+                cursor = None
             self._cursor = None
+            if cursor is not None:
+                cursor.execute("COMMIT")
+                cursor.close()
         if self._engine_tmp is not None:
             shutil.rmtree(self._engine_tmp, ignore_errors=True)
             self._engine_tmp = None
@@ -82,16 +91,30 @@ class SnapshotWriter:
     def _view(self) -> duckdb.DuckDBPyConnection:
         if self._cursor is None:
             raise InvariantViolation("snapshot view already released")
+        return self._resolved()
+
+    def _resolved(self) -> duckdb.DuckDBPyConnection:
+        """The view, once the flusher opened it (it raises if the flush failed)."""
+        if isinstance(self._cursor, Future):
+            self._cursor = self._cursor.result()
+        assert self._cursor is not None
         return self._cursor
 
 
-def capture(con: duckdb.DuckDBPyConnection, engine: Any, applied_offset: int,
-            rows_total: int | None = None) -> SnapshotWriter:
-    """``rows_total``: the digest's sum of row hashes at ``applied_offset``, as apply kept it
-    (None: the writer's ``digest`` scans the view)."""
+def open_view(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A cursor in a transaction whose MVCC view is pinned at the tables as they are now."""
     cursor = con.cursor()
     cursor.execute("BEGIN TRANSACTION")
     cursor.execute("SELECT count(*) FROM runs").fetchall()  # pin the MVCC view now
+    return cursor
+
+
+def capture(view: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection], engine: Any,
+            applied_offset: int, rows_total: int | None = None) -> SnapshotWriter:
+    """``view``: a connection (its view is opened now) or the future of a view opened by
+    ``open_view``; ``rows_total``: the digest's sum of row hashes at ``applied_offset``, as
+    apply kept it (None: the writer's ``digest`` scans the view)."""
+    cursor = view if isinstance(view, Future) else open_view(view)
     engine_dir, engine_digest = None, None
     if hasattr(engine, "snapshot"):
         engine_dir = Path(tempfile.mkdtemp(prefix="railflow-snap-")) / "metrics"
