@@ -63,10 +63,10 @@ def serve(
     from runner.service import Service
     from runner.settings import Settings
 
-    gcpolicy.for_serving()
     overrides = {k: v for k, v in (("host", host), ("port", port), ("node_id", node_id),
                                    ("server", server)) if v is not None}
     settings = Settings(**overrides)
+    gcpolicy.for_serving(settings.gil_switch_ms)
     service = Service(settings)
     key, password, key_file = demo_credentials(settings.data_dir, service.auth)
     url = settings.url

@@ -1,4 +1,5 @@
-"""The cyclic garbage collector's policy for a process that serves a node.
+"""The interpreter's policy for a process that serves a node: the cyclic garbage collector,
+and how often threads hand the GIL over.
 
 A node keeps a large live heap (workflows, compiled criteria, the metrics plans, the hot state)
 and allocates a few dozen container objects per order, nearly all freed by reference counting.
@@ -8,14 +9,21 @@ about 100 µs of CPU per order in all, none of it freeing anything. So a serving
 collects young objects far less often, and once the node started (imports, the restored
 state), it moves everything alive into the permanent generation, which no collection walks.
 
+A node's latency-bound threads (the HTTP front, the apply loop, the log's) share the GIL with
+throughput-bound ones (the DuckDB flusher, the run-store writer, a checkpoint's writer).
+CPython lets a thread run 5 ms before one that waits may take the GIL: an order that arrives
+while the flusher works waited up to that long at each hand-over (its read, its submit, its
+apply, its answer). A serving process asks for 0.5 ms (``Settings.gil_switch_ms``).
+
 Callers: the process that serves (``railflow serve``, granian's worker) calls ``for_serving()``
 before building the service and ``settle()`` once it started. Tests and libraries leave the
-collector alone.
+interpreter alone.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 
 # Young objects between collections (default 700); young collections between middle ones;
 # middle ones between full ones (which CPython runs only when the long-lived objects grew by
@@ -23,8 +31,9 @@ import gc
 thresholds = (20_000, 20, 100)
 
 
-def for_serving() -> None:
+def for_serving(gil_switch_ms: float = 0.5) -> None:
     gc.set_threshold(*thresholds)
+    sys.setswitchinterval(gil_switch_ms / 1000)
 
 
 def settle() -> None:

@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     # runtime's thread that read it (docs/http-server.md).
     native_http_handoff: Literal["batch", "direct"] = "direct"
     hot_path: bool = True
+    # How long a Python thread holding the GIL runs before a waiting one may take it
+    # (``runner.gcpolicy``); CPython's 5 ms let the DuckDB flusher or a checkpoint's writer
+    # hold an order's thread up that long at each hand-over.
+    gil_switch_ms: float = Field(default=0.5, gt=0, le=100)
     # Under uvicorn, orders are served below ASGI (``runner.api.transport``): no task, no
     # receive/send per order. Off only to measure the gain.
     lean_orders: bool = True

@@ -81,6 +81,7 @@ def create_app(service: Service | None = None, settings: Settings | None = None,
 def app_from_env() -> FastAPI:
     """The application of a node configured by ``RAILFLOW_*`` variables (a server's factory)."""
     from runner import gcpolicy
+    from runner.settings import Settings
 
-    gcpolicy.for_serving()
+    gcpolicy.for_serving(Settings().gil_switch_ms)
     return create_app(on_started=gcpolicy.settle)

@@ -1,8 +1,10 @@
-"""A serving process: runner.gcpolicy, create_app's on_started hook, FastAPI's telemetry off."""
+"""A serving process: runner.gcpolicy (the collector, the GIL's switch interval), create_app's
+on_started hook, FastAPI's telemetry off."""
 
 from __future__ import annotations
 
 import gc
+import sys
 
 from fastapi.testclient import TestClient
 
@@ -12,16 +14,20 @@ from runner.settings import Settings
 
 
 def test_serving_thresholds_and_settle_freezes_what_is_alive() -> None:
-    before = gc.get_threshold()
+    before, switch = gc.get_threshold(), sys.getswitchinterval()
     try:
-        gcpolicy.for_serving()
+        gcpolicy.for_serving(Settings().gil_switch_ms)
         assert gc.get_threshold() == gcpolicy.thresholds
+        assert sys.getswitchinterval() == 0.0005
+        gcpolicy.for_serving(2.0)
+        assert sys.getswitchinterval() == 0.002
         alive = [[i] for i in range(1000)]  # containers the collector tracks
         gcpolicy.settle()
         assert gc.get_freeze_count() >= len(alive)
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+        sys.setswitchinterval(switch)
 
 
 def test_on_started_runs_after_the_service_started(tmp_path) -> None:
