@@ -25,8 +25,10 @@ plus a nanosleep ticker): it costs the machine it measures a few µs of CPU per 
 core (``generator_core_share``) and its CPU per request. (oha picks ``-Z`` body lines at random,
 which would repeat event ids; vegeta is not in Debian's bookworm.)
 
-Usage: ``.venv/bin/python bench/api_w3.py [--quick] [--generator native|python]``. Starts the
-cluster if it is not up (and stops it again in that case), starts and stops the three nodes.
+Usage: ``.venv/bin/python bench/api_w3.py [--quick] [--generator native|python]
+[--rates 500,1000] [--skip-peers]``. P1 is met only by a full-length row at 1,000/s. Starts
+the cluster if it is not up (and stops it again in that case), starts and stops the three
+nodes.
 """
 
 from __future__ import annotations
@@ -275,10 +277,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--generator", choices=("native", "python"), default="native")
+    parser.add_argument("--rates", default=None,
+                        help="comma-separated rates of the leader rows (default: 500,1000,2000; "
+                             "--quick: 500,1000)")
+    parser.add_argument("--skip-peers", action="store_true",
+                        help="leave out the score-API and via-all-nodes rows")
     args = parser.parse_args(argv)
     if args.generator == "native":
         build_loadgen()
     rates = RATES_QUICK if args.quick else RATES_FULL
+    if args.rates:
+        rates = tuple(int(r) for r in args.rates.split(","))
     duration = DURATION_QUICK_S if args.quick else DURATION_FULL_S
     warmup = WARMUP_QUICK_S if args.quick else WARMUP_FULL_S
     started_at = datetime.now(UTC).isoformat()
@@ -296,8 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         _wait_demo(leader.url, cluster.api_key)
         all_urls = [n.url for n in cluster.nodes.values()]
         plan = [("decision API (leader)", "/v1/events", [leader.url], r) for r in rates]
-        plan.append(("score API alone (peer)", "/demo/score", [leader.url], 1000))
-        if not args.quick:
+        if not args.skip_peers:
+            plan.append(("score API alone (peer)", "/demo/score", [leader.url], 1000))
+        if not (args.quick or args.skip_peers):
             plan.append(("decision API via all 3 nodes (peer)", "/v1/events", all_urls, 1000))
         for seed, (name, path, targets, rate) in enumerate(plan):
             secret = cluster.shared_secrets["cluster_secret"]
@@ -333,12 +343,14 @@ def main(argv: list[str] | None = None) -> int:
                     and r["rate"] == 1000), None)
     targets = {}
     if at_1000:
+        # Met only over the workload's five minutes (a 10 s row holds no checkpoint, no
+        # DuckDB generation past the first few, no run-store backlog).
+        full = at_1000["duration_s"] >= DURATION_FULL_S and not at_1000["errors"]
         targets["P1_p99"] = {"value": at_1000["p99_ms"], "unit": "ms", "target": P1["p99_ms"],
-                             "met": at_1000["p99_ms"] <= P1["p99_ms"] and not at_1000["errors"]}
+                             "met": full and at_1000["p99_ms"] <= P1["p99_ms"]}
         targets["P1_p999"] = {"value": at_1000["p999_ms"], "unit": "ms",
                               "target": P1["p999_ms"],
-                              "met": at_1000["p999_ms"] <= P1["p999_ms"]
-                              and not at_1000["errors"]}
+                              "met": full and at_1000["p999_ms"] <= P1["p999_ms"]}
     at_max = [r for r in results if r["name"] == "decision API (leader)" and r["rate"] == 2000]
     if at_max:
         rt = at_max[0]["log_round_trip"]
