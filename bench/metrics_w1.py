@@ -29,15 +29,22 @@ A parity check makes the run fail if the engine and the naive peer disagree on a
 ``--tail`` runs W1 one event per call alone (into ``metrics_w1_tail``) and attributes its
 slow events: each event's service time (the call alone) is recorded with what happened during
 it (cyclic GC collections, a chunk closed, the reservoir trimmed, page faults, context
-switches of the ingesting thread, CPU the writer thread used meanwhile); the report gives the
-causes of the events slower than the 20 µs target and of the latency tail (each tail event is
-charged to the event that started the backlog it waited in). ``--writer-levels 1,-5`` runs W1
-one event per call with each zstd level of the writer, alternating, in fresh processes
-(``metrics_w1_levels``): CPU per event by thread, A/B in one run.
+switches of the ingesting thread, CPU the writer thread used meanwhile), and so is the gap
+after it, before the next call (how late that call started, involuntary context switches, GC,
+the time the thread waited runnable for a CPU); the report gives the causes of the events
+slower than the 20 µs target and of the latency tail (each tail event is charged to the event
+that started the backlog it waited in, and to the gap after that event); with ``--sections``
+the core also times the sections of every call over the target. ``--writer-levels 1,-5``
+runs W1 one event per call with each zstd level of the writer, alternating, in fresh
+processes (``metrics_w1_levels``): CPU per event by thread, A/B in one run.
+
+``--batched-only`` runs W1 through ``ingest_many`` into Arrow columns alone, with the
+reservoir's chunks as columnar frames and as JSON (before frames) alternating in fresh
+processes (``metrics_w1_batched``): CPU per event by thread, A/B in one run.
 
 Usage: ``.venv/bin/python bench/metrics_w1.py [--quick] [--misaligned-only | --tail |
---writer-levels L1,L2]`` (``--misaligned-only`` runs part 3 alone, into its own report
-``metrics_w1_misaligned``).
+--batched-only | --writer-levels L1,L2]`` (``--misaligned-only`` runs part 3 alone, into its
+own report ``metrics_w1_misaligned``).
 """
 
 from __future__ import annotations
@@ -318,12 +325,14 @@ def warm_cut(ts, warm_ms: int) -> int:
 
 def run_batched(n: int, repeats: int, arrow: bool = False, queries: list[str] | None = None,
                 batch: int = BATCH_EVENTS, check: int = 0, lazy_min: int | None = None,
-                warm_ms: int = 0) -> dict:
+                warm_ms: int = 0, columnar: bool = True) -> dict:
     """In a fresh process: the engine's ``ingest_many`` over Arrow columns, batch by batch,
     its values back as lists, or (``arrow``) as Arrow columns. ``check``: the values of the
     first ``check`` events (first repeat) must equal, value and type, those the engine gives
     one event per call (itself checked against the naive peer by ``parity``). ``warm_ms``:
-    batches fed before the clock starts cover that much data time (else a fifth of them)."""
+    batches fed before the clock starts cover that much data time (else a fifth of them).
+    ``columnar`` false: the reservoir stores every chunk as JSON, as before columnar frames
+    (the A/B peer)."""
     import pyarrow.parquet as pq
 
     from metrics_engine.engine import Engine
@@ -343,6 +352,7 @@ def run_batched(n: int, repeats: int, arrow: bool = False, queries: list[str] | 
             eng = Engine(tmp, cache_entries_max=CACHE_ENTRIES)
             for q in texts:
                 eng.define(q)
+            eng._plan.streams["payments"].core.columnar = columnar
             warm = (-(-warm_cut(ts, warm_ms) // batch) if warm_ms else len(batches) // 5)
             for t, c in batches[:warm]:
                 out = eng.ingest_many("payments", t, c, arrow=arrow)
@@ -596,8 +606,15 @@ def misaligned_target(rep: Report, per_call: dict[int, dict], batched: dict[int,
 
 TAIL_TARGET_US = 20  # P3: per-event p99.9
 QUEUED_S = 5e-6  # started this late (the probes take ~1-2 µs): it waited in a backlog
+LATE_START_S = 50e-6  # a call that started this much after it could: the gap before it stalled
 CAUSES = ("gc", "gc_older_generation", "chunk_close", "trim", "page_faults", "switched",
-          "writer_ran")
+          "writer_ran", "preempted_after", "gc_after")
+
+
+def run_delay_ns() -> int:
+    """This thread's time spent runnable but waiting for a CPU (ns, /proc schedstat)."""
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1])
 
 
 def attribute(fn, items, rate_per_s: float, warmup: int, res, writer_tids: list[int]) -> list:
@@ -605,7 +622,13 @@ def attribute(fn, items, rate_per_s: float, warmup: int, res, writer_tids: list[
     happened during the call: collections of the cyclic GC (count, seconds, oldest
     generation), whether the reservoir closed a chunk or trimmed, the ingesting thread's minor
     page faults and context switches, and the writer threads' CPU meanwhile. The probes run
-    outside the timed call (they lengthen only the gaps, which the open loop absorbs)."""
+    outside the timed call (they lengthen only the gaps, which the open loop absorbs).
+
+    The gap between two calls (the harness's spin and probes) is watched too: each event
+    records how late its call started after it could have (after its arrival and the previous
+    call's end), the ingesting thread's involuntary context switches and the GC collections
+    in that gap, and for a late start (``LATE_START_S``) the time the thread waited runnable
+    for a CPU since the last late start (schedstat): a stall outside the engine shows there."""
     clock = time.perf_counter
     g = {"n": 0, "s": 0.0, "t": 0.0, "gen": -1}
 
@@ -633,12 +656,13 @@ def attribute(fn, items, rate_per_s: float, warmup: int, res, writer_tids: list[
     # for the cyclic collector, whose collections then land inside the calls measured.
     from array import array
 
-    cols = [array(t) for t in "ddqdqbbqqq"]
+    cols = [array(t) for t in "ddqdqbbqqqqqdd"]
     adds = [c.append for c in cols]
     interval = 1.0 / rate_per_s
     gc.callbacks.append(on_gc)
     try:
         start = clock()
+        prev_end, prev_sw, prev_n, rq_last = start, usage(me).ru_nivcsw, g["n"], run_delay_ns()
         for i, item in enumerate(items):
             intended = start + i * interval
             while clock() < intended:
@@ -651,21 +675,30 @@ def attribute(fn, items, rate_per_s: float, warmup: int, res, writer_tids: list[
             fn(item)
             t1 = clock()
             w1, r1 = writer_ns(), usage(me)
+            late = t0 - max(intended, prev_end)
+            runq = 0.0
+            if late > LATE_START_S:
+                rq = run_delay_ns()
+                runq, rq_last = (rq - rq_last) / 1e9, rq
             if i >= warmup:
                 for add, x in zip(adds, (
                         t1 - intended, t1 - t0, g["n"] - n0, g["s"] - s0, g["gen"],
                         res.open_first_pos != first0, res.chunk_base != base0,
                         r1.ru_minflt - r0.ru_minflt,
-                        r1.ru_nvcsw - r0.ru_nvcsw + r1.ru_nivcsw - r0.ru_nivcsw, w1 - w0),
+                        r1.ru_nvcsw - r0.ru_nvcsw + r1.ru_nivcsw - r0.ru_nivcsw, w1 - w0,
+                        r0.ru_nivcsw - prev_sw, n0 - prev_n, late, runq),
                         strict=True):
                     add(x)
+            prev_end, prev_sw, prev_n = t1, r1.ru_nivcsw, g["n"]
     finally:
         gc.callbacks.remove(on_gc)
     return list(zip(*cols, strict=True))
 
 
-def causes(row) -> list[str]:
-    _lat, _svc, gcs, _gc_s, gen, closed, trimmed, faults, switches, writer = row
+def causes(row, after=None) -> list[str]:
+    """The causes of an event's call, and (``after``: the next event's row) of the gap after
+    it, which delayed the next call's start."""
+    _lat, _svc, gcs, _gc_s, gen, closed, trimmed, faults, switches, writer = row[:10]
     out = []
     if gcs:
         out.append("gc")
@@ -681,6 +714,11 @@ def causes(row) -> list[str]:
         out.append("switched")
     if writer:
         out.append("writer_ran")
+    if after is not None and after[12] > LATE_START_S:
+        if after[10]:
+            out.append("preempted_after")
+        if after[11]:
+            out.append("gc_after")
     return out or ["none"]
 
 
@@ -697,7 +735,7 @@ def tail_report(rows: list) -> tuple[dict, list[dict]]:
     of the events without it, and how many latency-tail events it started the backlog of."""
     svc = [r[1] * 1e6 for r in rows]
     lat = [r[0] * 1e6 for r in rows]
-    tags = [causes(r) for r in rows]
+    tags = [causes(r, rows[i + 1] if i + 1 < len(rows) else None) for i, r in enumerate(rows)]
     lat_999 = pct(lat, 99.9)
     # Each latency-tail event is charged to the first event of the backlog it waited in.
     origins: dict[int, int] = {}
@@ -708,13 +746,20 @@ def tail_report(rows: list) -> tuple[dict, list[dict]]:
                 j -= 1
             origins[j] = origins.get(j, 0) + 1
     slow = [i for i, x in enumerate(svc) if x >= TAIL_TARGET_US]
+    late = [r for r in rows if r[12] > LATE_START_S]
     summary = {"events": len(rows), "service_p50_us": pct(svc, 50),
                "service_p99_us": pct(svc, 99), "service_p999_us": pct(svc, 99.9),
                "service_max_us": max(svc, default=0), "latency_p99_us": pct(lat, 99),
                "latency_p999_us": lat_999, "slow_events": len(slow),
                "latency_tail_events": sum(origins.values()), "backlog_origins": len(origins),
                "gc_collections": sum(r[2] for r in rows),
-               "gc_ms": sum(r[3] for r in rows) * 1e3}
+               "gc_ms": sum(r[3] for r in rows) * 1e3,
+               # Calls that started late (the gap before them stalled), and what the gaps had.
+               "late_starts": len(late),
+               "late_start_ms": sum(r[12] for r in late) * 1e3,
+               "late_preempted": sum(1 for r in late if r[10]),
+               "late_gc": sum(1 for r in late if r[11]),
+               "late_runq_wait_ms": sum(r[13] for r in late) * 1e3}
     table = []
     for c in (*CAUSES, "none"):
         has = [i for i, t in enumerate(tags) if c in t]
@@ -732,8 +777,10 @@ def tail_report(rows: list) -> tuple[dict, list[dict]]:
 def run_tail(args) -> dict:
     """In a fresh process: W1 one event per call (RANGE 5 MINUTES): throughput with CPU by
     thread, then (``attribute_tail``) the open loop with every event's causes recorded.
-    ``level``: the writer's zstd level (None: the engine's)."""
-    n, level, attribute_tail = args
+    ``level``: the writer's zstd level (None: the engine's). ``sections``: the core also times
+    the sections of every call over the target (``trace_slow_ns``; ~0.15 µs more per call)."""
+    n, level, attribute_tail, *more = args
+    sections = bool(more and more[0])
     if level is not None:
         from metrics_engine import reservoir
 
@@ -758,24 +805,49 @@ def run_tail(args) -> dict:
     if attribute_tail:
         res = sut.eng._plan.streams["payments"].res
         tids = [t for t, (comm, _) in threads().items() if comm.startswith(WRITER_THREAD)]
+        core = sut.eng._plan.streams["payments"].core
+        core.trace_slow_ns = TAIL_TARGET_US * 1000 if sections else 0
         rows = attribute(sut.ingest, rest[half:], rate * OPEN_LOOP_LOAD, len(rest) // 20, res,
                          tids)
         out["summary"], out["causes"] = tail_report(rows)
+        if sections:
+            out["sections"] = section_report(core.slow_calls())
     sut.close()
     return out
 
 
-def tail_only(quick: bool) -> int:
-    """W1 one event per call: CPU by thread and the slow events' causes (``--tail``)."""
+def section_report(slow: list) -> list[dict]:
+    """Per section of the core's ``ingest`` (``TRACE_SECTIONS``): over the calls slower than
+    the target, its median and largest time, and in how many it took the most time."""
+    from railflow_metrics_native import TRACE_SECTIONS
+
+    out = []
+    for i, name in enumerate(TRACE_SECTIONS):
+        ns = [s[i] for _t, s in slow]
+        out.append({"section": name, "slow_calls": len(slow),
+                    "median_us": statistics.median(ns) / 1e3 if ns else 0.0,
+                    "max_us": max(ns, default=0) / 1e3,
+                    "largest_in": sum(1 for _t, s in slow if s[i] == max(s))})
+    return out
+
+
+def tail_only(quick: bool, sections: bool = False) -> int:
+    """W1 one event per call: CPU by thread and the slow events' causes (``--tail``), with
+    ``sections`` the core's time by section in each call over the target."""
     n = 20_000 if quick else 200_000
     rep = Report("metrics_w1_tail", quick)
     ensure_data()
     with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
-        r = pool.apply(run_tail, ((n, None, True),))
+        r = pool.apply(run_tail, ((n, None, True, sections),))
     summary, table = r.pop("summary"), r.pop("causes")
+    by_section = r.pop("sections", [])
     rep.add(part="W1 5 min one event per call", system="railflow engine", **r, **summary)
     for row in table:
         rep.add(part="tail causes", system=row.pop("cause"), **row)
+    for row in by_section:
+        rep.add(part="slow calls by core section", system=row.pop("section"),
+                events=row.pop("slow_calls"), median_service_us=row.pop("median_us"),
+                service_max_us=row.pop("max_us"), slow_events=row.pop("largest_in"))
     r = {**r, **summary}
     rep.target("P3_per_call_cpu", r["cpu_us_process"], "CPU us/event", 1e6 / 300_000,
                higher_is_better=False, note=f"ingest {r['cpu_us_ingest']:.2f} + writer "
@@ -784,8 +856,10 @@ def tail_only(quick: bool) -> int:
                higher_is_better=False, note="the call alone (instrumented open loop)")
     rep.write(["part", "system", "events_per_s", "cpu_us_process", "cpu_us_ingest",
                "cpu_us_writer", "cpu_us_other", "writer_compress_us", "writer_events_per_fsync",
-               "service_p50_us", "service_p99_us", "service_p999_us", "latency_p999_us",
-               "slow_events", "events", "median_service_us", "service_p999_without_us",
+               "service_p50_us", "service_p99_us", "service_p999_us", "service_max_us",
+               "latency_p999_us",
+               "slow_events", "late_starts", "late_start_ms", "late_preempted",
+               "late_runq_wait_ms", "events", "median_service_us", "service_p999_without_us",
                "tail_events_charged"])
     return 0
 
@@ -814,6 +888,44 @@ def levels_only(quick: bool, levels: list[int]) -> int:
     return 0
 
 
+def batched_only(quick: bool) -> int:
+    """W1 through ``ingest_many`` into Arrow columns, chunks stored as columnar frames and as
+    JSON (before frames), alternating in fresh processes (``--batched-only``): CPU per event
+    by thread, A/B in one run, the values checked against one event per call."""
+    n = 50_000 if quick else 1_000_000
+    rounds = 3 if quick else 5
+    rep = Report("metrics_w1_batched", quick)
+    ensure_data()
+    got: dict[bool, list[dict]] = {True: [], False: []}
+    with mp.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
+        for r in range(rounds):
+            for columnar in (True, False):
+                check = 20_000 if r == 0 else 0
+                got[columnar].append(pool.apply(run_batched, (
+                    n, 1, True, None, BATCH_EVENTS, check, None, 0, columnar)))
+    med = {}
+    for columnar, label in ((True, "columnar frames"), (False, "JSON chunks (before)")):
+        runs = got[columnar]
+        med[columnar] = {k: statistics.median([x[k] for x in runs]) for k in
+                         ("cpu_us_per_event", "cpu_us_ingest", "cpu_us_writer", "cpu_us_other")}
+        rates = [x["events_per_s"]["median"] for x in runs]
+        cpu = [x["cpu_us_per_event"] for x in runs]
+        rep.add(part="W1 ingest_many, Arrow columns", system=f"engine, {label}",
+                events_per_s=spread(rates), cpu_us_min=min(cpu), cpu_us_max=max(cpu),
+                **med[columnar], parity_mismatches=runs[0].get("parity_mismatches", 0))
+    ratio = med[True]["cpu_us_per_event"] / med[False]["cpu_us_per_event"]
+    rep.results[0]["cpu_ratio_vs_json"] = ratio
+    frames = rep.results[0]
+    rep.target("P3_batched_cpu", frames["cpu_us_per_event"], "CPU us/event", 1.0,
+               higher_is_better=False, note=f"one core: 1,000,000 events/s; ingest "
+               f"{frames['cpu_us_ingest']:.2f} + writer {frames['cpu_us_writer']:.2f}; "
+               f"x{ratio:.2f} of JSON chunks in the same run")
+    rep.write(["part", "system", "events_per_s", "cpu_us_per_event", "cpu_us_min", "cpu_us_max",
+               "cpu_us_ingest", "cpu_us_writer", "cpu_us_other", "cpu_ratio_vs_json",
+               "parity_mismatches"])
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="W1 metrics benchmark")
     ap.add_argument("--quick", action="store_true")
@@ -821,13 +933,19 @@ def main() -> int:
                     help="only the 10 → 120 misaligned windows part")
     ap.add_argument("--tail", action="store_true",
                     help="only W1 one event per call: CPU by thread and the slow events' causes")
+    ap.add_argument("--sections", action="store_true",
+                    help="with --tail: the core times its sections in every slow call")
     ap.add_argument("--writer-levels", default="",
                     help="only W1 one event per call, A/B of the writer's zstd levels (1,-5)")
+    ap.add_argument("--batched-only", action="store_true",
+                    help="only W1 through ingest_many into Arrow columns, A/B of chunk frames")
     args = ap.parse_args()
+    if args.batched_only:
+        return batched_only(args.quick)
     if args.misaligned_only:
         return misaligned_only(args.quick)
     if args.tail:
-        return tail_only(args.quick)
+        return tail_only(args.quick, args.sections)
     if args.writer_levels:
         return levels_only(args.quick, [int(x) for x in args.writer_levels.split(",")])
     quick = args.quick
@@ -857,6 +975,10 @@ def main() -> int:
         rep.add(part="W1 5 min",
                 system=f"railflow engine ingest_many ({BATCH_EVENTS:,} rows, Arrow columns)",
                 **columns)
+        as_json = pool.apply(run_batched, (n_batched, repeats, True, None, BATCH_EVENTS, 0,
+                                           None, 0, False))
+        rep.add(part="W1 5 min", system=f"railflow engine ingest_many ({BATCH_EVENTS:,} rows, "
+                "Arrow columns, JSON chunks: before columnar frames)", **as_json)
         eng_rate = base["engine"]["events_per_s"]["median"]
         eng_cpu_rate = base["engine"]["events_per_cpu_s"]["median"]
         for row in rep.results:

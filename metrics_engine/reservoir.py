@@ -1,7 +1,8 @@
 """The event reservoir: per stream, events in chunks; closed chunks compressed on disk.
 
 Events go into an open in-memory chunk. The native core (``StreamCore.ingest`` and
-``ingest_arrays``) appends only their JSON: their rows are None in the chunk's list until a
+``ingest_arrays``) appends only their JSON (or, for a chunk a batch fills whole, its columnar
+frame): their rows are None in the chunk's list until a
 reader asks for the chunk, which decodes them in place (``_fill``; the open chunk's JSON is
 asked of the core first, ``hand_off``), and a closed chunk not yet on disk is read back from its
 segment once the writer placed it (``_pending_events``). ``append`` keeps (ts, event) rows, in
@@ -22,7 +23,10 @@ After a crash, ``StreamReservoir.open`` reads back every intact chunk, truncates
 reports ``durable_pos``: the caller re-feeds the events from there on.
 
 On-disk record: header ``<4sQIII`` (magic, first position, event count, payload bytes,
-crc32 of the payload), then the zstd-compressed JSON array ``[[ts, event], ...]``.
+crc32 of the payload), then the zstd-compressed payload: with magic ``RFC1`` the JSON array
+``[[ts, event], ...]``; with ``RFC2`` a columnar frame (native ``frame.rs``: a chunk whose rows
+all came from one batch of typed columns, its buffers sliced in as they are, no JSON made),
+which ``decode_columns`` reads back to the events the JSON would give. Both read everywhere.
 The caller must pass JSON-like events (str, int, float, bool, None, lists, dicts with str keys);
 tuples come back as lists.
 """
@@ -43,7 +47,7 @@ from typing import Any
 
 import orjson
 import zstandard
-from railflow_metrics_native import Counters, NativeWriter
+from railflow_metrics_native import Counters, NativeWriter, decode_columns
 
 from metrics_engine.errors import InvariantViolation
 
@@ -54,13 +58,20 @@ DECODED_CHUNKS_MAX = 64  # decoded chunks kept for readers that share a chunk
 ZSTD_LEVEL = 1  # zstd's level for closed chunks (the writer thread's CPU per event)
 
 HEADER = struct.Struct("<4sQIII")
-MAGIC = b"RFC1"
+MAGIC = b"RFC1"  # the payload is a JSON array
+MAGIC_COLUMNS = b"RFC2"  # the payload is a columnar frame (native frame.rs)
+
+
+def decode_payload(payload: bytes) -> list:
+    """A chunk's uncompressed payload (a JSON array or a columnar frame) as its rows
+    ``[[ts, event], ...]``."""
+    return orjson.loads(payload) if payload[:1] == b"[" else decode_columns(payload)
 
 
 def _fill(events: list, payload: bytes) -> None:
     """Decode, in place, the rows of a chunk that the batched path left as None (the native
-    core appends a batch's rows with their JSON only; see ``StreamCore.ingest_arrays``)."""
-    for i, (ts, ev) in enumerate(orjson.loads(payload)):
+    core appends a batch's rows with their JSON or frame only; see ``StreamCore.ingest_arrays``)."""
+    for i, (ts, ev) in enumerate(decode_payload(payload)):
         if events[i] is None:
             events[i] = (ts, ev)
 
@@ -375,9 +386,11 @@ class StreamReservoir:
             record = f.read(meta.length)
         magic, first, count, size, crc = HEADER.unpack_from(record)
         payload = record[HEADER.size:]
-        if magic != MAGIC or first != meta.first_pos or zlib.crc32(payload) != crc:
+        if (magic not in (MAGIC, MAGIC_COLUMNS) or first != meta.first_pos
+                or zlib.crc32(payload) != crc):
             raise InvariantViolation(f"chunk {k} at {meta.first_pos} is corrupt on disk")
-        return orjson.loads(zstandard.ZstdDecompressor().decompress(payload))
+        data = zstandard.ZstdDecompressor().decompress(payload)
+        return orjson.loads(data) if magic == MAGIC else decode_columns(data)
 
     # -- persistence ---------------------------------------------------------------------
     def open_chunk_state(self) -> dict:
@@ -417,7 +430,7 @@ class StreamReservoir:
                 if ok:
                     magic, first, count, size, crc = HEADER.unpack_from(data, off)
                     end = off + HEADER.size + size
-                    ok = (magic == MAGIC and end <= len(data)
+                    ok = (magic in (MAGIC, MAGIC_COLUMNS) and end <= len(data)
                           and zlib.crc32(data[off + HEADER.size:end]) == crc
                           and (not res.chunks or first == res.chunks[-1].end_pos))
                 if not ok:  # a torn write: keep what came before it

@@ -136,6 +136,122 @@ impl<'py> Column<'py> {
         }
     }
 
+    /// The column's kind in a columnar chunk frame (frame.rs), or None for a column of
+    /// Python values (only JSON stores those).
+    pub fn frame_kind(&self) -> Option<u8> {
+        Some(match &self.data {
+            Data::Int(_) => b'i',
+            Data::Float(_) => b'f',
+            Data::Bool(_) => b'b',
+            Data::Str { .. } => b's',
+            Data::Null => b'n',
+            Data::Obj(_) => return None,
+        })
+    }
+
+    /// Whether a frame can hold the column's rows: a string column's offsets never go back
+    /// and its data fits 32-bit offsets.
+    pub fn framable(&self) -> bool {
+        match &self.data {
+            Data::Obj(_) => false,
+            Data::Str { offsets, data } => {
+                let o = offsets.as_bytes();
+                data.as_bytes().len() < u32::MAX as usize
+                    && (0..self.len).all(|i| i64::from_le_bytes(word(o, i)) <= i64::from_le_bytes(word(o, i + 1)))
+            }
+            _ => true,
+        }
+    }
+
+    /// The first non-null row whose string is not UTF-8 (what `json` refuses), if any. Most
+    /// columns are checked whole: valid data with every offset on a character boundary.
+    pub fn first_bad_string(&self) -> Option<usize> {
+        let Data::Str { offsets, data } = &self.data else { return None };
+        let (o, d) = (offsets.as_bytes(), data.as_bytes());
+        let off = |i: usize| i64::from_le_bytes(word(o, i)) as usize;
+        let whole = off(0) <= off(self.len)
+            && std::str::from_utf8(&d[off(0)..off(self.len)]).is_ok()
+            && (0..=self.len).all(|i| d.get(off(i)).is_none_or(|&c| (c as i8) >= -0x40));
+        if whole {
+            return None;
+        }
+        (0..self.len).find(|&i| !self.null(i) && self.str(i).is_err())
+    }
+
+    /// Add each row's JSON length (what `json` writes) to `lens`.
+    pub fn add_json_lens(&self, lens: &mut [usize]) {
+        let valid = self.valid.as_ref().map(|v| v.as_bytes());
+        let null = |i: usize| valid.is_some_and(|v| v[i] == 0);
+        match &self.data {
+            Data::Int(b) => {
+                let b = b.as_bytes();
+                for (i, l) in lens.iter_mut().enumerate() {
+                    *l += if null(i) { 4 } else { json::int_len(i64::from_le_bytes(word(b, i))) };
+                }
+            }
+            Data::Float(b) => {
+                let b = b.as_bytes();
+                for (i, l) in lens.iter_mut().enumerate() {
+                    *l += if null(i) { 4 } else { json::float_len(f64::from_le_bytes(word(b, i))) };
+                }
+            }
+            Data::Bool(b) => {
+                let b = b.as_bytes();
+                for (i, l) in lens.iter_mut().enumerate() {
+                    *l += if null(i) || b[i] != 0 { 4 } else { 5 }; // null, true: 4; false: 5
+                }
+            }
+            Data::Str { offsets, data } => {
+                let (o, d) = (offsets.as_bytes(), data.as_bytes());
+                let off = |i: usize| i64::from_le_bytes(word(o, i)) as usize;
+                let plain = !json::escapes_any(&d[off(0)..off(self.len)]);
+                for (i, l) in lens.iter_mut().enumerate() {
+                    *l += if null(i) {
+                        4
+                    } else if plain {
+                        2 + off(i + 1) - off(i)
+                    } else {
+                        json::string_len(&d[off(i)..off(i + 1)])
+                    };
+                }
+            }
+            Data::Null => lens.iter_mut().for_each(|l| *l += 4),
+            Data::Obj(_) => unreachable!("a column of Python values has no frame"),
+        }
+    }
+
+    /// Rows `a..b` of the column into a chunk frame (frame.rs): its kind, its validity (a
+    /// flag, then a byte per row), then its values (integers narrowed, `frame::ints`; 8 bytes
+    /// per float; a byte per boolean; each string's length, `frame::ints`, and the strings' UTF-8).
+    /// Only for a `framable` column.
+    pub fn frame(&self, a: usize, b: usize, out: &mut Vec<u8>) {
+        out.push(self.frame_kind().expect("a typed column"));
+        match &self.valid {
+            Some(v) => {
+                out.push(1);
+                out.extend_from_slice(&v.as_bytes()[a..b]);
+            }
+            None => out.push(0),
+        }
+        match &self.data {
+            Data::Int(x) => {
+                let x = x.as_bytes();
+                let v: Vec<i64> = (a..b).map(|i| i64::from_le_bytes(word(x, i))).collect();
+                crate::frame::ints(out, &v, self.valid.as_ref().map(|m| &m.as_bytes()[a..b]));
+            }
+            Data::Float(x) => out.extend_from_slice(&x.as_bytes()[8 * a..8 * b]),
+            Data::Bool(x) => out.extend_from_slice(&x.as_bytes()[a..b]),
+            Data::Str { offsets, data } => {
+                let o = offsets.as_bytes();
+                let off = |i: usize| i64::from_le_bytes(word(o, i)) as usize;
+                let lens: Vec<i64> = (a..b).map(|i| (off(i + 1) - off(i)) as i64).collect();
+                crate::frame::ints(out, &lens, None);
+                out.extend_from_slice(&data.as_bytes()[off(a)..off(b)]);
+            }
+            Data::Null | Data::Obj(_) => {}
+        }
+    }
+
     /// Append row `i`'s JSON to `out`.
     pub fn json(&self, i: usize, out: &mut Vec<u8>) -> Result<(), Refused> {
         if self.null(i) {

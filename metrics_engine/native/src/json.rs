@@ -28,6 +28,43 @@ pub fn int(out: &mut Vec<u8>, i: i64) {
     out.extend_from_slice(&buf[at..]);
 }
 
+/// The length of `int`'s output for `i`.
+pub fn int_len(i: i64) -> usize {
+    i.unsigned_abs().checked_ilog10().map_or(1, |d| d as usize + 1) + (i < 0) as usize
+}
+
+/// The length of `float`'s output for `x` (counted, not written).
+pub fn float_len(x: f64) -> usize {
+    struct Count(usize);
+    impl std::fmt::Write for Count {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 += s.len();
+            Ok(())
+        }
+    }
+    if !x.is_finite() {
+        return 4; // null
+    }
+    let mut c = Count(0);
+    let _ = std::fmt::write(&mut c, format_args!("{x:?}"));
+    c.0
+}
+
+/// Whether `string` escapes any byte of `b` (then `string_len` must count them).
+pub fn escapes_any(b: &[u8]) -> bool {
+    // No early exit: the loop vectorizes, and most buffers have nothing to escape.
+    b.iter().fold(false, |a, &c| a | (c < 0x20) | (c == b'"') | (c == b'\\'))
+}
+
+/// The length of `string`'s output for the UTF-8 bytes `b`.
+pub fn string_len(b: &[u8]) -> usize {
+    2 + b.len() + b.iter().map(|&c| match c {
+        b'"' | b'\\' | b'\n' | b'\r' | b'\t' => 1,
+        0..=0x1f => 5,
+        _ => 0,
+    }).sum::<usize>()
+}
+
 /// Why a value has no JSON form.
 pub struct NotJson(pub String);
 

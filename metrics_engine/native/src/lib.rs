@@ -2,8 +2,8 @@
 //! states and finalizers, driven by a plan that Python lowers and sends (see plan.rs).
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
-//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `columns` (a batch's typed columns), `outcols` (a batch's values as typed columns), `arrow_ffi` (those columns to pyarrow through the Arrow C data interface), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
-//! ids to states), `lazy` (many sliding windows of a group-by evicting a key's events when it is touched), `slab` (a key space's records, grown without copying), `window` (cursors), `writer` (the reservoir's disk writer thread), `counters` (the reservoir's open-chunk counters, shared with Python), `plan` (one stream's hot path, `StreamCore`).
+//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `frame` (a batch's chunk as columns), `columns` (a batch's typed columns), `outcols` (a batch's values as typed columns), `arrow_ffi` (those columns to pyarrow through the Arrow C data interface), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
+//! ids to states), `lazy` (many sliding windows of a group-by evicting a key's events when it is touched), `slab` (a key space's records, grown without copying), `window` (cursors), `writer` (the reservoir's disk writer thread), `counters` (the reservoir's open-chunk counters, shared with Python), `trace` (where a slow call spent its time), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
 
@@ -11,6 +11,7 @@ mod aggregations;
 mod arrow_ffi;
 mod columns;
 mod counters;
+mod frame;
 mod json;
 mod keyed;
 mod lazy;
@@ -19,6 +20,7 @@ mod outcols;
 mod plan;
 mod predicate;
 mod slab;
+mod trace;
 mod value;
 mod window;
 mod writer;
@@ -46,6 +48,8 @@ fn square_by_cube_ratio(a: num_bigint::BigInt, b: num_bigint::BigInt) -> PyResul
 fn railflow_metrics_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(exact_ratio, m)?)?;
     m.add_function(wrap_pyfunction!(square_by_cube_ratio, m)?)?;
+    m.add_function(wrap_pyfunction!(frame::decode_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(frame::columns_json, m)?)?;
     m.add_class::<plan::StreamCore>()?;
     m.add_class::<arrow_ffi::Exported>()?;
     m.add_class::<writer::NativeWriter>()?;
@@ -55,5 +59,6 @@ fn railflow_metrics_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("IDLE_STEP_MAX", plan::IDLE_STEP_MAX)?;
     m.add("LAZY_MIN_TABLES", lazy::LAZY_MIN_TABLES)?;
     m.add("LOG_MAX", lazy::LOG_MAX)?;
+    m.add("TRACE_SECTIONS", trace::SECTIONS.to_vec())?;
     Ok(())
 }

@@ -21,6 +21,8 @@
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use std::collections::VecDeque;
+
 use rustc_hash::FxHashMap;
 
 use crate::aggregations::{lower as finalize, lower_scalar, lower_typed, Func, Kind, State, Typed};
@@ -711,6 +713,16 @@ pub struct StreamCore {
     /// (plan.py sets it; tests set it high to run the eager path alone).
     #[pyo3(get, set)]
     lazy_min_tables: usize,
+    /// The JSON length of the batch row being appended, as the batch's plan counted it
+    /// (`plan_frames`); the row has no JSON when `blob` is empty (its chunk's columnar
+    /// frame holds it).
+    row_len: Option<usize>,
+    /// Whether a batch of typed columns writes its whole chunks as columnar frames
+    /// (frame.rs) rather than JSON; settable for the benchmarks' A/B in one run and tests.
+    #[pyo3(get, set)]
+    columnar: bool,
+    /// Section times of the slowest `ingest` calls (trace.rs; `trace_slow_ns`, `slow_calls`).
+    trace: crate::trace::Trace,
 }
 
 /// Rows on that `ingest_arrays` looks up keys for (`Core::find_ahead`).
@@ -727,6 +739,14 @@ struct Batch {
     last_ts: Option<i64>,
     lazy: bool, // rows appended as None since the last write-back
     events: Py<PyList>,
+    /// The columnar frames of the chunks the batch fills whole (frame.rs), by the position
+    /// after their last row, in order; a chunk's frame is its payload at its close.
+    frames: VecDeque<(u64, Vec<u8>)>,
+    /// Rows of the open chunk appended with no JSON (their chunk's frame holds them).
+    col_rows: usize,
+    /// A reader needed the open chunk's rows as JSON: its rows so far were written as JSON
+    /// (`sync_batch`), and its remaining rows are too.
+    forced_json: bool,
 }
 
 impl StreamCore {
@@ -852,7 +872,7 @@ impl StreamCore {
         self.chunk_map.open = Some((k, first));
         self.chunk_map.next_pos = pos + 1;
         if open_bytes >= self.chunk_bytes_target {
-            self.close_chunk(py, res)?;
+            self.close_chunk(py, res, None)?;
             self.chunk_map.closed(k, first, idx + 1);
             self.chunk_map.open = Some((k + 1, pos + 1));
         }
@@ -870,8 +890,16 @@ impl StreamCore {
         let idx = (pos - first) as usize;
         b.events.bind(py).append(py.None())?;
         b.lazy = true;
-        self.push_json();
-        b.open_bytes += self.blob.len() as i64 + 1;
+        // Its size as JSON, counted by the batch's plan when it made one (`plan_frames`): the
+        // chunks then close where the plan said.
+        let len = self.row_len.take().unwrap_or(self.blob.len());
+        if self.blob.is_empty() {
+            b.col_rows += 1; // no JSON: its chunk's frame holds it
+        } else {
+            debug_assert_eq!(len, self.blob.len(), "a row's JSON length as planned");
+            self.push_json();
+        }
+        b.open_bytes += len as i64 + 1;
         b.next_pos = pos + 1;
         b.last_ts = Some(ts);
         self.keep_lowered(k, idx, ts);
@@ -879,7 +907,24 @@ impl StreamCore {
         let close = b.open_bytes >= self.chunk_bytes_target;
         let r = if close { Self::write_back(py, res, &mut b) } else { Ok(()) };
         if close && r.is_ok() {
-            self.close_chunk(py, res)?;
+            // The chunk's frame, if the batch made one (unused if a reader made its rows JSON).
+            let frame = match b.frames.front() {
+                Some(&(end, _)) if end == pos + 1 => b.frames.pop_front().map(|f| f.1),
+                _ => None,
+            };
+            let whole = b.col_rows as u64 == pos + 1 - first;
+            let frame = match (b.col_rows, frame) {
+                (0, _) => None,
+                (_, Some(f)) if whole => Some(f),
+                _ => {
+                    self.batch = Some(b);
+                    return Err(self.invariant(py, format!(
+                        "chunk {k} closed at position {pos} with rows of no columnar frame")));
+                }
+            };
+            b.col_rows = 0;
+            b.forced_json = false;
+            self.close_chunk(py, res, frame)?;
             self.chunk_map.closed(k, first, idx + 1);
             self.chunk_map.open = Some((k + 1, pos + 1));
             b.first = pos + 1;
@@ -912,18 +957,29 @@ impl StreamCore {
 
     /// Close the open chunk. Its JSON array goes to the writer as this core built it (moved,
     /// not copied), unless the reservoir holds pieces of it (events appended in Python at a
-    /// reopen, or handed to a reader): then the reservoir joins them as before.
-    fn close_chunk(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// reopen, or handed to a reader): then the reservoir joins them as before. `frame`: the
+    /// chunk's rows are a batch's, with no JSON; the frame holding them is the payload.
+    fn close_chunk(&mut self, py: Python<'_>, res: &Bound<'_, PyAny>, frame: Option<Vec<u8>>)
+                   -> PyResult<()> {
         use pyo3::intern;
         let pieces = res.getattr(intern!(py, "open_blobs"))?.downcast_into::<PyList>()?.len();
         if pieces > 0 {
+            if frame.is_some() {
+                return Err(self.invariant(py, "a columnar chunk has JSON pieces".into()));
+            }
             self.give_json(py)?;
             return res.call_method0(intern!(py, "close_open")).map(|_| ());
         }
-        let mut payload = std::mem::replace(&mut self.ojson, vec![b'[']);
+        let (payload, magic) = match frame {
+            Some(f) => (f, crate::frame::MAGIC_COLUMNS),
+            None => {
+                let mut payload = std::mem::replace(&mut self.ojson, vec![b'[']);
+                payload.push(b']');
+                self.ojson.reserve(payload.len());
+                (payload, crate::frame::MAGIC_JSON)
+            }
+        };
         self.counters.borrow_mut(py).json_held = false; // the JSON goes with the chunk
-        payload.push(b']');
-        self.ojson.reserve(payload.len());
         // Rows left None are decoded from the chunk's JSON when read: a reservoir on disk reads
         // a closed chunk's back from its segment (reservoir.py `_pending_events`), so only a
         // memory-only one keeps a copy (a 64 KiB copy at every chunk's close was most of it).
@@ -937,7 +993,7 @@ impl StreamCore {
             let (sid, k, first, count): (usize, i64, u64, u32) = to_write.extract()?;
             let writer = res.getattr(intern!(py, "writer"))?.getattr(intern!(py, "native"))?;
             let writer = writer.downcast::<crate::writer::NativeWriter>()?.borrow();
-            writer.submit(py, sid, k, first, count, payload)?;
+            writer.submit(py, sid, k, first, count, payload, magic)?;
         }
         Ok(())
     }
@@ -971,6 +1027,7 @@ impl StreamCore {
             last_ts: res.getattr(intern!(py, "last_ts"))?.extract()?,
             lazy: false,
             events: res.getattr(intern!(py, "open_events"))?.downcast_into::<PyList>()?.unbind(),
+            frames: VecDeque::new(), col_rows: 0, forced_json: false,
         });
         Ok(())
     }
@@ -1015,6 +1072,15 @@ impl StreamCore {
         (vals.clear(), blobs.clear(), ends.clear(), clamped.clear());
         let mut last: Option<i64> = self.res.bind(py).getattr("last_ts")?.extract()?;
         let mut blob = std::mem::take(&mut self.blob);
+        // Typed columns only: the chunks the batch fills whole are written as columnar frames
+        // (frame.rs), and only the other rows as JSON (when they are appended).
+        let framed = self.columnar && cols.iter().all(|c| c.framable());
+        let bad: Vec<Option<usize>> = if framed {
+            cols.iter().map(|c| c.first_bad_string()).collect()
+        } else {
+            vec![]
+        };
+        let first_bad = bad.iter().flatten().copied().min().unwrap_or(usize::MAX);
         // Every row is checked (and lowered) before any goes in.
         let checked = (|| -> Result<(), (usize, String, Refused)> {
             for i in 0..n {
@@ -1038,20 +1104,19 @@ impl StreamCore {
                 for node in nodes {
                     flags.push(truthy(py, &node.eval(py, &pvals, &self.strings), &self.strings));
                 }
-                blob.clear();
-                blob.push(b'[');
-                crate::json::int(&mut blob, t);
-                blob.extend_from_slice(b",{");
-                for (c, col) in cols.iter().enumerate() {
-                    if c > 0 {
-                        blob.push(b',');
+                if framed {
+                    // The only refusal a typed column's JSON has (checked per column above).
+                    if i == first_bad {
+                        let c = bad.iter().position(|&b| b == Some(i)).expect("a bad column");
+                        let why = Refused::Json("holds a string that is not UTF-8".into());
+                        return Err((i, names[c].bind(py).to_string(), why));
                     }
-                    blob.extend_from_slice(&keys[c]);
-                    col.json(i, &mut blob).map_err(|e| (i, names[c].bind(py).to_string(), e))?;
+                } else {
+                    row_json(&mut blob, t, &cols, &keys, i)
+                        .map_err(|(c, e)| (i, names[c].bind(py).to_string(), e))?;
+                    blobs.extend_from_slice(&blob);
+                    ends.push(blobs.len());
                 }
-                blob.extend_from_slice(b"}]");
-                blobs.extend_from_slice(&blob);
-                ends.push(blobs.len());
             }
             Ok(())
         })();
@@ -1085,6 +1150,12 @@ impl StreamCore {
             }
         }
         self.begin_batch(py)?;
+        // Rows c0..c1 fill chunks whole: they get no JSON, their chunks' frames hold them.
+        let (lens, c0, c1) = if framed {
+            self.plan_frames(py, &names, &cols, &keys, &clamped)?
+        } else {
+            (vec![], 0, 0)
+        };
         let mut start = 0;
         let mut run = || -> PyResult<()> {
             // The last output's values as lowered for columns (see `Output::same_as_prev`).
@@ -1116,9 +1187,20 @@ impl StreamCore {
                         }
                     }
                 }
-                self.blob.clear();
-                self.blob.extend_from_slice(&blobs[start..ends[i]]);
-                start = ends[i];
+                if !framed {
+                    self.row_len = None;
+                    self.blob.clear();
+                    self.blob.extend_from_slice(&blobs[start..ends[i]]);
+                    start = ends[i];
+                } else if i >= c0 && i < c1 && !self.batch.as_ref().is_some_and(|b| b.forced_json) {
+                    self.blob.clear();
+                    self.row_len = Some(lens[i]);
+                } else {
+                    self.row_len = Some(lens[i]);
+                    if row_json(&mut self.blob, t, &cols, &keys, i).is_err() {
+                        return Err(self.invariant(py, format!("checked row {i} has no JSON")));
+                    }
+                }
                 self.take(py, t)?;
                 let mut c = 0;
                 let mut last: StatesId = (0, 0, 0);
@@ -1209,13 +1291,73 @@ impl StreamCore {
         Ok((out, misfits).into_pyobject(py)?.into_any())
     }
 
+    /// A batch's chunk plan (after `begin_batch`): each row's JSON length (what it adds to
+    /// the open chunk's size, with or without its JSON), and the rows `c0..c1` of the chunks
+    /// that begin and close within the batch, whose columnar frames (frame.rs) join the
+    /// batch's `frames`. The rows before `c0` end the chunk open before the batch, the rows
+    /// from `c1` stay in the chunk open after it: those are written as JSON.
+    fn plan_frames(&mut self, py: Python<'_>, names: &[Py<PyString>], cols: &[Column<'_>],
+                   keys: &[Vec<u8>], ts: &[i64]) -> PyResult<(Vec<usize>, usize, usize)> {
+        // `[`, `,{`, `}]`, the keys and the commas between values.
+        let fixed = 5 + keys.iter().map(|k| k.len()).sum::<usize>() + keys.len().saturating_sub(1);
+        let mut lens: Vec<usize> = ts.iter().map(|&t| fixed + crate::json::int_len(t)).collect();
+        for c in cols {
+            c.add_json_lens(&mut lens);
+        }
+        let target = self.chunk_bytes_target;
+        let b = self.batch.as_mut().expect("a batch runs");
+        let (mut size, mut from, mut whole) = (b.open_bytes, 0, b.next_pos == b.first);
+        let mut spans = vec![];
+        for (i, len) in lens.iter().enumerate() {
+            size += *len as i64 + 1;
+            if size >= target {
+                if whole {
+                    spans.push((from, i + 1));
+                }
+                (size, from, whole) = (0, i + 1, true);
+            }
+        }
+        let texts: Vec<String> = names.iter().map(|n| n.bind(py).to_string()).collect();
+        for &(a, e) in &spans {
+            let mut f = Vec::with_capacity(16 + (e - a) * (8 + 10 * cols.len()));
+            crate::frame::begin(&mut f, &ts[a..e], cols.len());
+            for (c, col) in cols.iter().enumerate() {
+                crate::frame::name(&mut f, &texts[c]);
+                col.frame(a, e, &mut f);
+            }
+            b.frames.push_back((b.next_pos + e as u64, f));
+        }
+        let (c0, c1) = match (spans.first(), spans.last()) {
+            (Some(f), Some(l)) => (f.0, l.1),
+            _ => (0, 0),
+        };
+        Ok((lens, c0, c1))
+    }
+
     /// Before a reader asks the reservoir for events mid-batch: it must hold every row so far
     /// (a chunk decodes its None rows from the JSON it holds).
-    fn sync_batch(&mut self, py: Python<'_>) -> PyResult<()> {
+    /// `reads`: the chunk the reader reads, if known; the open chunk's rows a batch appended
+    /// with no JSON are written as JSON first when it may be that chunk.
+    fn sync_batch(&mut self, py: Python<'_>, reads: Option<i64>) -> PyResult<()> {
+        let open = self.chunk_map.open.map(|o| o.0);
         if let Some(b) = self.batch.as_mut() {
+            if b.col_rows > 0 && reads.is_none_or(|k| Some(k) >= open) {
+                Self::frame_rows_json(b, &mut self.ojson)
+                    .map_err(pyo3::exceptions::PyValueError::new_err)?;
+                b.forced_json = true;
+            }
             Self::write_back(py, self.res.bind(py), b)?;
         }
         self.give_json(py)
+    }
+
+    /// The open chunk's rows appended with no JSON, as JSON (from their chunk's frame) into
+    /// `ojson`, which holds none of the chunk's rows yet.
+    fn frame_rows_json(b: &mut Batch, ojson: &mut Vec<u8>) -> Result<(), String> {
+        let frame = &b.frames.front().ok_or("rows of no columnar frame")?.1;
+        crate::frame::rows_json(frame, b.col_rows, ojson)?;
+        b.col_rows = 0;
+        Ok(())
     }
 
     /// After a batch, the rows it left as None have their JSON in the reservoir (a reader
@@ -1223,6 +1365,12 @@ impl StreamCore {
     fn end_batch(&mut self, py: Python<'_>) -> PyResult<()> {
         match self.batch.take() {
             Some(mut b) => {
+                if b.col_rows > 0 {
+                    // The batch stopped inside a columnar chunk (an error): its rows so far
+                    // stay in the open chunk, as JSON.
+                    Self::frame_rows_json(&mut b, &mut self.ojson)
+                        .map_err(pyo3::exceptions::PyValueError::new_err)?;
+                }
                 let lazy = b.lazy;
                 Self::write_back(py, self.res.bind(py), &mut b)?;
                 if lazy || self.res.bind(py).getattr(pyo3::intern!(py, "lazy_open"))?.is_truthy()? {
@@ -1276,7 +1424,9 @@ impl StreamCore {
         }
         // A bad event is refused before anything changes.
         self.lower_into(py, event, true)?;
-        match crate::json::event(&mut self.blob, ts, event, &mut self.json_keys) {
+        let json = crate::json::event(&mut self.blob, ts, event, &mut self.json_keys);
+        self.trace.mark(0);
+        match json {
             Err((field, why)) => Err(self.input_error(py, &field, &why.0)),
             Ok(false) => self.take(py, ts),
             Ok(true) => {
@@ -1305,11 +1455,13 @@ impl StreamCore {
             self.lowered.retain(|k, _| *k >= base);
             self.chunk_map.trim(base);
         }
+        self.trace.mark(1);
         let chunks = self.chunks.bind(py).len();
         // First (the append's Python calls give the misses time to resolve): the heads'
         // next rows are older than this event, so no bound on their end is needed yet.
         self.prefetch_evictions(ts, u64::MAX);
         let (pos, k, idx) = self.append(py, &res, ts)?;
+        self.trace.mark(2);
         let next_pos = pos + 1;
         for oi in 0..self.order.len() {
             let ci = self.order[oi];
@@ -1330,7 +1482,9 @@ impl StreamCore {
         if self.chunks.bind(py).len() != chunks {
             self.trim_due = true;
         }
+        self.trace.mark(3);
         self.core.after_step(&self.cursors);
+        self.trace.mark(4);
         Ok(())
     }
 
@@ -1407,7 +1561,8 @@ impl StreamCore {
                 let ts = match self.lowered.get(&c.k) {
                     Some(lw) if lw.ts.len() > c.idx => lw.ts[c.idx],
                     _ => {
-                        self.sync_batch(py)?;
+                        let k = self.cursors[ci].k;
+                        self.sync_batch(py, Some(k))?;
                         let c = &mut self.cursors[ci];
                         c.item(py, &res, c.idx)?.0
                     }
@@ -1541,7 +1696,7 @@ impl StreamCore {
     /// Lower the events of chunk `k` up to index `idx` into the shared cache, so that every
     /// cursor passing them (W1's 120 heads, W2's 7 cursors) reads the lowered row.
     fn lower_chunk(&mut self, py: Python<'_>, ci: usize, k: i64, idx: usize) -> PyResult<()> {
-        self.sync_batch(py)?;
+        self.sync_batch(py, Some(k))?;
         let mut lw = self.lowered.remove(&k).unwrap_or_default();
         let res = self.res.clone_ref(py).into_bound(py);
         for j in lw.ts.len()..=idx {
@@ -1576,7 +1731,7 @@ impl StreamCore {
         if start >= end {
             return Ok(());
         }
-        self.sync_batch(py)?;
+        self.sync_batch(py, None)?;
         let res = self.res.clone_ref(py).into_bound(py);
         let mut c = Cursor::new(-1, Spec::All, start);
         while c.pos < end {
@@ -1589,6 +1744,25 @@ impl StreamCore {
         }
         Ok(())
     }
+}
+
+/// Row `i` of a batch's columns as the JSON `[t,{...}]` into `blob` (cleared first); `keys`
+/// holds each column's `"name":`. An error names the column (its index) that refused.
+fn row_json(blob: &mut Vec<u8>, t: i64, cols: &[Column<'_>], keys: &[Vec<u8>], i: usize)
+            -> Result<(), (usize, Refused)> {
+    blob.clear();
+    blob.push(b'[');
+    crate::json::int(blob, t);
+    blob.extend_from_slice(b",{");
+    for (c, col) in cols.iter().enumerate() {
+        if c > 0 {
+            blob.push(b',');
+        }
+        blob.extend_from_slice(&keys[c]);
+        col.json(i, blob).map_err(|e| (c, e))?;
+    }
+    blob.extend_from_slice(b"}]");
+    Ok(())
 }
 
 /// A dict with room for `n` items: W2 returns 405 values per event, and growing a dict that
@@ -1636,7 +1810,8 @@ impl StreamCore {
             trim_due: false, ojson: vec![b'['], template: None,
             json_keys: Default::default(), prefetch_events: true, reused: 0,
             look_ahead: true,
-            lazy_min_tables: LAZY_MIN_TABLES,
+            lazy_min_tables: LAZY_MIN_TABLES, row_len: None, columnar: true,
+            trace: Default::default(),
         })
     }
 
@@ -1890,6 +2065,7 @@ impl StreamCore {
             Some(last) if ts < last => last,
             _ => ts,
         };
+        self.trace.begin();
         self.step(py, event, ts)?;
         let (template, distinct) = self.template(py)?;
         let out = template.copy()?;
@@ -1919,7 +2095,26 @@ impl StreamCore {
                 }
             }
         }
+        self.trace.mark(5);
+        self.trace.end();
         Ok(out)
+    }
+
+    /// Keep the section times (`TRACE_SECTIONS`) of the `ingest` calls at least this slow
+    /// (ns) for `slow_calls`; 0 (the default) times nothing.
+    #[getter]
+    fn trace_slow_ns(&self) -> u64 {
+        self.trace.threshold_ns
+    }
+
+    #[setter]
+    fn set_trace_slow_ns(&mut self, ns: u64) {
+        self.trace.threshold_ns = ns;
+    }
+
+    /// The slow calls kept since the last call, oldest first: (total ns, ns per section).
+    fn slow_calls(&mut self) -> Vec<(u64, Vec<u64>)> {
+        self.trace.slow.drain(..).map(|(t, s)| (t, s.to_vec())).collect()
     }
 
     /// `ingest_many` over columns: row `i` is the event `{names[j]: cols[j][i]}`, at `ts[i]`
@@ -2064,7 +2259,7 @@ impl StreamCore {
     /// Give the reservoir the open chunk's JSON held here (it calls this before it reads
     /// `open_blobs`: a clean close, a snapshot, decoding rows a batch left as None).
     fn hand_off(&mut self, py: Python<'_>) -> PyResult<()> {
-        self.sync_batch(py)
+        self.sync_batch(py, None)
     }
 
     /// Lower the plan's predicates (its expressions, in the order `set_plan` got their

@@ -16,8 +16,9 @@
 //!
 //! The ingesting thread sends work (`chunk`, `trim`, `barrier`) and collects, with `take_done`,
 //! where each chunk landed; reservoir.py applies those places to its chunk list. A record is
-//! the header `<4sQIII` (magic `RFC1`, first position, event count, payload bytes, crc32 of
-//! the payload), then the zstd frame of the chunk's JSON array.
+//! the header `<4sQIII` (magic, first position, event count, payload bytes, crc32 of the
+//! payload), then the zstd frame of the chunk's payload: its JSON array (magic `RFC1`) or
+//! its columnar frame (`RFC2`, frame.rs).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{File, OpenOptions};
@@ -33,7 +34,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use rustc_hash::FxHashMap;
 
-const MAGIC: &[u8; 4] = b"RFC1";
 /// Chunks written between two fsyncs at most (a writer far behind still reports places
 /// every this many chunks, 1 MiB of events).
 const GROUP_CHUNKS_MAX: usize = 16;
@@ -45,7 +45,7 @@ const POLL: Duration = Duration::from_millis(4);
 type Placed = (i64, u64, u64, u64, u64);
 
 enum Op {
-    Chunk { sid: usize, k: i64, first: u64, count: u32, payload: Vec<u8> },
+    Chunk { sid: usize, k: i64, first: u64, count: u32, payload: Vec<u8>, magic: [u8; 4] },
     Trim { sid: usize, floor: u64 },
     Barrier { roll: bool, done: SyncSender<()> },
     Stop,
@@ -137,14 +137,14 @@ impl Shared {
     #[allow(clippy::too_many_arguments)]
     fn chunk(&self, comp: &mut zstd::bulk::Compressor<'_>, bufs: &mut (Vec<u8>, Vec<u8>),
              fsync: bool, group: &mut Group, sid: usize, k: i64, first: u64, count: u32,
-             payload: &[u8]) -> std::io::Result<()> {
+             payload: &[u8], magic: &[u8; 4]) -> std::io::Result<()> {
         let t0 = Instant::now();
         let (compressed, record) = bufs;
         compressed.clear();
         compressed.reserve(zstd::zstd_safe::compress_bound(payload.len()));
         comp.compress_to_buffer(payload, &mut *compressed)?;
         record.clear();
-        record.extend_from_slice(MAGIC);
+        record.extend_from_slice(magic);
         record.extend_from_slice(&first.to_le_bytes());
         record.extend_from_slice(&count.to_le_bytes());
         record.extend_from_slice(&(compressed.len() as u32).to_le_bytes());
@@ -292,12 +292,12 @@ impl Shared {
                     }
                 }
                 match op {
-                    Op::Chunk { sid, k, first, count, payload } => {
+                    Op::Chunk { sid, k, first, count, payload, magic } => {
                         if self.error.lock().unwrap().is_some() {
                             continue;
                         }
                         if let Err(e) = self.chunk(&mut comp, &mut bufs, fsync, &mut group, sid,
-                                                   k, first, count, &payload) {
+                                                   k, first, count, &payload, &magic) {
                             *self.error.lock().unwrap() = Some(e.to_string());
                         }
                         if group.placed.len() >= GROUP_CHUNKS_MAX {
@@ -344,10 +344,12 @@ pub struct NativeWriter {
 }
 
 impl NativeWriter {
-    /// Queue a closed chunk whose JSON array the caller built (see `StreamCore`).
+    /// Queue a closed chunk whose payload the caller built (see `StreamCore`): a JSON array
+    /// (`magic` `RFC1`) or a columnar frame (`RFC2`, frame.rs).
+    #[allow(clippy::too_many_arguments)]
     pub fn submit(&self, py: Python<'_>, sid: usize, k: i64, first: u64, count: u32,
-                  payload: Vec<u8>) -> PyResult<()> {
-        self.send(py, Op::Chunk { sid, k, first, count, payload }, false)
+                  payload: Vec<u8>, magic: [u8; 4]) -> PyResult<()> {
+        self.send(py, Op::Chunk { sid, k, first, count, payload, magic }, false)
     }
 
     /// Queue `op`; `urgent` (a barrier, a stop) wakes the thread whatever it does. A full
@@ -438,7 +440,8 @@ impl NativeWriter {
         } else {
             payload.downcast::<PyBytes>()?.as_bytes().to_vec()
         };
-        self.send(py, Op::Chunk { sid, k, first, count, payload }, false)
+        self.send(py, Op::Chunk { sid, k, first, count, payload, magic: crate::frame::MAGIC_JSON },
+                  false)
     }
 
     /// Delete the segments of stream `sid` that end at or before `floor` (once every chunk
