@@ -1,0 +1,113 @@
+"""The DuckDB flush writes a generation's rows as apply staged them: a replica that flushes
+after every entry and one that flushes a whole generation at once hold the same rows and the
+same digest, whatever confirmations, resumed runs and earlier generations the generation mixes.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+
+from runner.state import buffer, entries, schema
+from runner.state.effects import StoreRun
+from runner.state.machine import RunnerStateMachine
+from tests.runner.fakes import BruteForceW1Engine
+from tests.runner.test_digest import rows_digest
+from tests.runner.test_hot_resume import CountingConnection, FlushingLog, tables
+from tests.runner.test_machine import T0, order, reply, setup_w3
+
+
+def node(tmp_path, name: str) -> RunnerStateMachine:
+    return RunnerStateMachine(tmp_path / name, engine=BruteForceW1Engine())
+
+
+def stored_of(effects: list) -> list[list]:
+    return [[e.record["run_id"], e.record["offset"]] for e in effects if isinstance(e, StoreRun)]
+
+
+def count(con: CountingConnection, start: str) -> int:
+    return sum(1 for sql in con.statements if sql.startswith(start))
+
+
+def test_a_generation_is_written_as_a_replica_flushing_every_entry_writes_it(tmp_path):
+    hot, flushed = node(tmp_path, "hot"), node(tmp_path, "flushed")
+    log = FlushingLog(hot, flushed, flushing=flushed)
+    setup_w3(log, scorer="demo_score")  # runs wait for the score app: they can be resumed
+    counted = hot._buffer._cursor = CountingConnection(hot._buffer._cursor)
+
+    def same() -> None:
+        assert tables(hot) == tables(flushed)
+        assert hot.digest() == flushed.digest() == rows_digest(hot) == rows_digest(flushed)
+
+    # Runs whose rows land in DuckDB before they are confirmed: the UPDATE marks them.
+    early = [reply(log.apply(entries.EVENT_RECEIVED, order(f"e-{i}", card=f"e{i}"),
+                             ts=T0 + i)).runs[0] for i in range(3)]
+    hot.sync()
+    counted.statements.clear()
+    # One generation: new runs, their confirmations, a run resumed and confirmed again, the
+    # confirmation of an earlier version of a run resumed since, and runs flushed earlier.
+    stored, runs = [], []
+    for i in range(6):
+        effects = log.apply(entries.EVENT_RECEIVED, order(f"o-{i}", card=f"c{i}"), ts=T0 + 10 + i)
+        stored += stored_of(effects)
+        runs += reply(effects).runs
+    waiting = [r["run_id"] for r in runs if r["state"] == "waiting"]
+    assert len(waiting) >= 3, runs
+    log.apply(entries.EFFECTS_DONE, {"stored": stored[:4], "outbox": []}, ts=T0 + 20)
+    resumed = stored_of(log.apply(entries.APP_COMPLETED, {
+        "run_id": waiting[0], "node_id": "score", "result": {"payment_abuse": 5}}, ts=T0 + 21))
+    resumed += stored_of(log.apply(entries.APP_COMPLETED, {
+        "run_id": early[0]["run_id"], "node_id": "score", "result": {"payment_abuse": 5}},
+        ts=T0 + 22))
+    assert len(resumed) == 2  # both decided: a new version each
+    late = [s for s in stored[4:] if s[0] != waiting[0]]
+    log.apply(entries.EFFECTS_DONE, {
+        "stored": [*resumed, *late, [early[1]["run_id"], early[1]["offset"]],
+                   [waiting[-1], 10_000]],  # a later offset than the run has: its own is kept
+        "outbox": []}, ts=T0 + 23)
+    assert hot._buffer.current.stored and hot._buffer.current.replaced  # one generation
+    same()
+    # the task of a run started earlier replaces its row; those of new runs are inserted
+    assert count(counted, "INSERT OR REPLACE INTO app_tasks") == 1
+    marked = dict(hot.con.execute("SELECT run_id, stored_offset >= offset_ FROM runs").fetchall())
+    assert marked[early[1]["run_id"]] and not marked[early[2]["run_id"]]
+    assert all(marked[run_id] for run_id, _ in [*stored, *resumed])
+
+    # A generation of new runs only writes every row by a plain INSERT.
+    counted.statements.clear()
+    stored = []
+    for i in range(4):
+        stored += stored_of(log.apply(entries.EVENT_RECEIVED, order(f"n-{i}", card=f"n{i}"),
+                                      ts=T0 + 30 + i))
+    log.apply(entries.EFFECTS_DONE, {"stored": stored, "outbox": []}, ts=T0 + 40)
+    same()
+    assert count(counted, "INSERT OR REPLACE") == 0  # new runs, new tasks: plain inserts
+    assert hot.con.execute("SELECT count(*) FROM runs WHERE stored_offset >= offset_ "
+                           "AND event_id LIKE 'n-%'").fetchone() == (4,)
+    for m in (hot, flushed):
+        m.close()
+
+
+def test_the_columns_are_converted_with_the_types_duckdb_declares():
+    con = duckdb.connect(":memory:")
+    schema.create(con)
+    sql_of_arrow = {pa.string(): "VARCHAR", pa.int64(): "BIGINT", pa.int32(): "INTEGER",
+                    pa.bool_(): "BOOLEAN"}
+    for table, fields in (("events_seen", buffer.SEEN_FIELDS), ("runs", buffer.RUN_FIELDS),
+                          ("decisions", buffer.DECISION_FIELDS), ("steps", buffer.STEP_FIELDS),
+                          ("app_tasks", buffer.TASK_FIELDS), ("outbox", buffer.OUTBOX_FIELDS)):
+        declared = {name: kind for name, kind, *_ in con.execute(f"DESCRIBE {table}").fetchall()}
+        assert list(declared) == list(fields), table  # every column, in order
+        assert [sql_of_arrow[t] for t in buffer.arrow_types(table, fields)] == \
+            [declared[f] for f in fields], table
+    con.close()
+
+
+def test_a_value_of_another_type_is_still_written_as_duckdb_casts_it():
+    con = duckdb.connect(":memory:")
+    schema.create(con)
+    rows = [("e-1", "order", 3, 10), ("e-2", "order", 4, 11.0)]  # a float in a BIGINT
+    buffer._insert(con, "events_seen", buffer.SEEN_FIELDS, rows, "INSERT")
+    assert con.execute("SELECT * FROM events_seen ORDER BY event_id").fetchall() == \
+        [("e-1", "order", 3, 10), ("e-2", "order", 4, 11)]
+    con.close()
