@@ -13,10 +13,11 @@ What the caller does:
   effects);
 - build ``Node(sm, log, election, node_id=..., advertise_url=..., forwarder=...)`` with
   ``kafka.KafkaLog`` + ``zk.ZkElection`` (cluster) or ``filelog.FileLog`` +
-  ``single.SingleNodeElection`` (embedded); when restoring from a checkpoint, pass
-  ``start_offset = offset + 1``, ``start_writer_id`` and ``start_writer_seq`` = the
-  checkpoint's fence; ``start()`` raises ``LogTruncated`` when the log no longer holds
-  ``start_offset`` (retention passed the newest usable checkpoint);
+  ``single.SingleNodeElection`` (embedded; a log that is a ``SendingLog``, as Kafka's, is
+  written on the submitting thread, any other through an appender thread); when restoring
+  from a checkpoint, pass ``start_offset = offset + 1``, ``start_writer_id`` and
+  ``start_writer_seq`` = the checkpoint's fence; ``start()`` raises ``LogTruncated`` when the
+  log no longer holds ``start_offset`` (retention passed the newest usable checkpoint);
 - ``start()``, then ``submit(kind, payload, timeout_s)`` from any thread: the future gives
   ``Applied(offset, writer_id, effects)`` once this node applied the entry, or ``NotLeader``,
   ``Fenced``, ``AppendTimeout``, ``AppendFailed``, ``Overloaded``; a failure is indeterminate
@@ -48,6 +49,7 @@ from replog.protocols import (
     Forwarder,
     LogAdapter,
     LogReader,
+    SendingLog,
     SnapshotWriter,
     StateMachine,
 )
@@ -74,6 +76,7 @@ __all__ = [
     "ReplicaCore",
     "ReplogError",
     "Role",
+    "SendingLog",
     "SnapshotWriter",
     "StateMachine",
 ]

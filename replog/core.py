@@ -4,8 +4,11 @@ No I/O, no threads, no clock: the shell (``replog.node.Node`` or the simulator) 
 in and performs what the core asks. The protocol on the leader:
 
 1. ``submit`` queues a request and returns a token;
-2. the shell calls ``take_batch`` and appends the drafts to the log in one group commit, then
-   hands the offsets the log gave them to ``appended``;
+2. the shell calls ``take_batch`` and writes the drafts to the log, in order, and hands the
+   offsets the log gave them to ``appended`` (failures to ``append_failed``): either in one
+   group commit per batch, or record by record as the log reports each one (Kafka's delivery
+   reports, while later batches are already on their way: any grouping of the records of one
+   or more batches, each call's in offset order);
 3. the shell feeds every record, in offset order, to ``begin``; if the step says apply, it
    calls the state machine and then ``finish``, which completes the token with ``Applied``
    only now, after this node applied the entry itself.
@@ -293,7 +296,7 @@ class ReplicaCore:
 
     def has_work(self) -> bool:
         """Whether there is a record to apply now: an own one at ``next_offset``, or one to
-        read (``must_read``); a leader's loop waits for the appender otherwise."""
+        read (``must_read``); a leader's loop waits for the log's acknowledgements otherwise."""
         return self.must_read() or bool(self._own)  # must_read dropped own records behind
 
     def log_ends_at(self, tail_offset: int) -> None:

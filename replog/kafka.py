@@ -1,18 +1,21 @@
 """The cluster log: one Kafka topic with one partition, via confluent-kafka.
 
-The producer is idempotent with ``acks=all`` (no duplicates or reordering on retry);
-``append`` is one group commit (produce all, one flush) and returns the offset of each record
-from the delivery reports (the leader applies its records without reading them back). The
+The producer is idempotent with ``acks=all`` (no duplicates or reordering on retry). Two ways
+to write: ``send`` produces one record and returns at once (``replog.protocols.SendingLog``:
+a leader produces on the thread that submitted the request, and its apply loop waits in
+``poll_sent``, which serves the delivery reports with each record's offset); ``append`` is one
+group commit (produce all, one flush) that returns the offsets (an appender thread's, kept to
+measure against). Either way the leader applies its records without reading them back. The
 reader uses ``assign()`` on partition 0 from an offset, with no consumer group and no commits:
 where to resume is the node's business (checkpoint offset + 1); ``seek`` assigns anew,
 ``pause`` unassigns, so a leader's reader fetches only while it reads a gap.
 
 Tuned for the latency of one record, not for throughput (``producer_config`` and
 ``consumer_config``; ``bench/replog_rtt.py`` measures them against librdkafka's defaults and a
-bare produce → consume in the same run): no linger (the appender's group commit already
-batches whatever queued while the last append was in flight), Nagle off on both sockets, a
-fetch the broker answers as soon as one byte is there, and a consume that waits for the first
-record only and then takes every record already fetched in one call.
+bare produce → consume in the same run): no linger (a record is produced when its request
+comes; an appender's group commit batches whatever queued meanwhile), Nagle off on both
+sockets, a fetch the broker answers as soon as one byte is there, and a consume that waits for
+the first record only and then takes every record already fetched in one call.
 
 Retention: the topic deletes by size only (``retention.ms=-1``), with ``retention.bytes`` chosen
 by the caller so that the log always holds more entries than its oldest kept checkpoint needs
@@ -38,6 +41,7 @@ from confluent_kafka.admin import (
 )
 
 from replog.errors import AppendFailed, AppendTimeout, LogTruncated
+from replog.protocols import OnSent
 
 PARTITION = 0
 linger_ms = 0
@@ -171,7 +175,13 @@ class KafkaLog:
         conf.update(producer_conf)
         self._conf = conf
         self._fatal: str | None = None
+        # A record timed out: the producer may be stuck re-acquiring its producer id from a
+        # restarted broker ("coordinator load in progress"); the next write starts a fresh one.
+        self._stale = False
         self._producer = Producer(conf)
+        # Held while producing or replacing the producer: ``send`` runs on whichever thread
+        # submitted, and a record must never go to a producer being replaced.
+        self._send_lock = threading.Lock()
         self._readers: list[KafkaLogReader] = []
         self._probe: Consumer | None = None  # asks the broker for the watermarks
         self._probe_lock = threading.Lock()  # the appender and the loop may both ask
@@ -180,12 +190,40 @@ class KafkaLog:
         if err.fatal():  # e.g. the idempotent producer lost its sequence: it is unusable now
             self._fatal = str(err)
 
-    def append(self, records: Sequence[bytes]) -> list[int] | None:
-        if self._fatal is not None:
-            # A fresh producer (new producer id) instead of failing every append from now on;
-            # ordering across the two is safe: the appender sends one group at a time.
-            self._fatal = None
+    def _renew_if_unusable(self) -> None:
+        """Under ``_send_lock``: a fresh producer (new producer id) instead of failing every
+        write from now on. What the old one still holds is purged and reported failed
+        (indeterminate: the broker may have it); a record of the old producer that lands
+        after one of the new is a smaller seq of the same writer, which every replica skips."""
+        if self._fatal is not None or self._stale:
+            self._fatal, self._stale = None, False
             self._replace_producer()
+
+    def send(self, record: bytes, on_sent: OnSent) -> None:
+        """Produce ``record`` without waiting; ``on_sent(offset, error)`` runs from
+        ``poll_sent`` once the broker acknowledged it (or from the thread that replaced the
+        producer, for a record it purged). Raises what the client raises at once (a full
+        queue, a record over ``message.max.bytes``, a fatal producer)."""
+
+        def on_delivery(err: KafkaError | None, msg) -> None:
+            if err is None:
+                on_sent(msg.offset(), None)
+            elif err.code() == KafkaError._MSG_TIMED_OUT:
+                self._stale = True
+                on_sent(-1, AppendTimeout(f"not delivered in {append_timeout_s} s: {err}"))
+            else:
+                on_sent(-1, AppendFailed(str(err)))
+
+        with self._send_lock:
+            self._renew_if_unusable()
+            self._producer.produce(self.topic, record, partition=PARTITION,
+                                   on_delivery=on_delivery)
+
+    def poll_sent(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for delivery reports and serve them on this thread."""
+        return self._producer.poll(timeout_s)
+
+    def append(self, records: Sequence[bytes]) -> list[int] | None:
         errors: list[KafkaError] = []
         offsets: list[int] = []
 
@@ -195,16 +233,20 @@ class KafkaLog:
             else:
                 offsets.append(msg.offset())
 
-        for r in records:
-            self._producer.produce(self.topic, r, partition=PARTITION, on_delivery=on_delivery)
-        remaining = self._producer.flush(append_timeout_s)
+        with self._send_lock:  # ordering across producers: one group at a time is in flight
+            self._renew_if_unusable()
+            producer = self._producer
+            for r in records:
+                producer.produce(self.topic, r, partition=PARTITION, on_delivery=on_delivery)
+        remaining = producer.flush(append_timeout_s)
         timed_out = remaining or any(e.code() == KafkaError._MSG_TIMED_OUT for e in errors)
         if timed_out:
-            # A producer that could not deliver for the whole timeout may be stuck re-acquiring
-            # its producer id from a restarted broker ("coordinator load in progress"); the
-            # next append starts a fresh one, as a new client would. The failed group is
+            # A producer that could not deliver for the whole timeout may be stuck: the next
+            # append starts a fresh one, as a new client would. The failed group is
             # indeterminate either way, so dropping what the old one still holds is safe.
-            self._replace_producer()
+            with self._send_lock:
+                if self._producer is producer:
+                    self._replace_producer()
         if remaining:
             raise AppendTimeout(f"{remaining} records not delivered in {append_timeout_s} s")
         if errors:

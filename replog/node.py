@@ -1,19 +1,25 @@
 """The node: the threaded shell that runs a ``ReplicaCore`` against a real log and election.
 
-Two threads: the *loop* applies entries to the state machine in offset order, completes
-waiting requests and calls ``on_effects`` and the checkpointer (one thread, so apply calls
-never overlap; a failing read of the log is retried with backoff and shown in ``problems()``,
-only a failing apply or a truncated log stops it); the *appender* takes batches from the
-core and appends each with one group commit. A follower's loop reads every record from the
-log. A leader's applies the records the appender got acknowledged (with their offsets)
-without reading them back, and reads the log only across a gap (records it did not append:
-a deposed writer's, or those of an append whose outcome it never learned) and, when idle, up
-to the log's end as probed every ``leader_idle_probe_s``; its reader is paused otherwise, so
-it fetches nothing in the background. Election callbacks arrive on the election's
-thread and take effect at once: a deposed leader fails its pending requests before
-returning. Callers must ``start()`` the node, and ``stop()`` it; from asyncio, wrap
-``submit``'s future with ``asyncio.wrap_future``, or hand ``submit_to`` a ``Sink`` of their own
-(no ``Future``, whose condition and lock cost an order more than the rest of its hand-off).
+The *loop* thread applies entries to the state machine in offset order, completes waiting
+requests and calls ``on_effects`` and the checkpointer (one thread, so apply calls never
+overlap; a failing read of the log is retried with backoff and shown in ``problems()``, only a
+failing apply or a truncated log stops it). How a leader writes depends on the log. One that
+takes records without waiting (``SendingLog``: Kafka's produce) gets each batch the core
+releases on the thread that released it (the request's, the election's, or the loop's once a new
+leader's ``LeaderStarted`` applied), under the node's lock so that records go out in seq order,
+and the loop waits in ``poll_sent`` for the delivery reports: no thread between the request and
+the broker, none between the broker's acknowledgement and apply. Any other log (the file log,
+whose append syncs) has an *appender* thread that takes batches from the core and appends each
+with one group commit (``append_thread=True`` forces it, to measure against). A follower's loop
+reads every record from the log. A leader's applies the records the log acknowledged (with their
+offsets) without reading them back, and reads the log only across a gap (records it did not
+append: a deposed writer's, or those of an append whose outcome it never learned) and, when
+idle, up to the log's end as probed every ``leader_idle_probe_s``; its reader is paused
+otherwise, so it fetches nothing in the background. Election callbacks arrive on the election's
+thread and take effect at once: a deposed leader fails its pending requests before returning.
+Callers must ``start()`` the node, and ``stop()`` it; from asyncio, wrap ``submit``'s future
+with ``asyncio.wrap_future``, or hand ``submit_to`` a ``Sink`` of their own (no ``Future``,
+whose condition and lock cost an order more than the rest of its hand-off).
 """
 
 from __future__ import annotations
@@ -21,8 +27,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
+from functools import partial
+from operator import itemgetter
 from typing import Any, Protocol
 
 from replog.core import DEFAULT_LIMITS, Completion, Limits, ReplicaCore, Role
@@ -37,16 +46,17 @@ from replog.protocols import (
     Forwarder,
     LogAdapter,
     LogReader,
+    SendingLog,
     StateMachine,
 )
 
 
 class Sink(Protocol):
-    """Where a request's outcome goes: a ``concurrent.futures.Future``, or anything with its
-    two setters. One of them is called once, on the thread that settled the request (the
-    node's loop, the appender, the election's, a forwarding thread, or the caller's own when
-    the request fails at once); it must not block. A setter may raise ``InvalidStateError``
-    (a cancelled future): the outcome is then dropped."""
+    """Where a request's outcome goes: a ``concurrent.futures.Future``, or anything with its two
+    setters. One of them is called once, on the thread that settled the request (the node's
+    loop, the appender, the election's, a forwarding thread, or the caller's own when the
+    request fails at once, its record refused by the log included); it must not block. A setter
+    may raise ``InvalidStateError`` (a cancelled future): the outcome is then dropped."""
 
     def set_result(self, result: Applied) -> None: ...
 
@@ -83,6 +93,9 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_by_offset = itemgetter(0)
+
+
 class Node:
     def __init__(
         self,
@@ -100,7 +113,10 @@ class Node:
         start_writer_id: int = -1,
         start_writer_seq: int = -1,
         limits: Limits = DEFAULT_LIMITS,
+        append_thread: bool | None = None,
     ):
+        """``append_thread``: None, an appender thread only for a log that cannot ``send``;
+        True, always one (a group commit per batch, the way before ``SendingLog``)."""
         self.sm = state_machine
         self.log = log
         self.election = election
@@ -117,6 +133,18 @@ class Node:
             start_writer_seq=start_writer_seq,
             limits=limits,
         )
+        if append_thread is None:
+            append_thread = not isinstance(log, SendingLog)
+        elif not append_thread and not isinstance(log, SendingLog):
+            raise ValueError(f"{type(log).__name__} cannot send records without an appender")
+        # The leader's records go to the log on the submitting thread; None: the appender's.
+        self._sender: SendingLog | None = None if append_thread else log  # type: ignore[assignment]
+        # Reports of sent records, appended by the log's callbacks on whichever thread served
+        # them (a deque: no lock there), taken and fed to the core by the loop under ``_lock``.
+        self._sent: deque[tuple[Entry, int, ReplogError | None]] = deque()
+        self._unreported = 0  # records sent whose report the loop has not taken (under _lock)
+        self._send_retry_at: float | None = None  # a refused LeaderStarted is sent again then
+        self._tail_unknown = False  # a record's offset was not reported: probe the log's end
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)  # appender: a batch may be ready
         self._own_ready = threading.Condition(self._lock)  # a leader's loop: records acked
@@ -189,7 +217,10 @@ class Node:
         self._reader = self.log.open_reader(self.start_offset, follower=True)
         self._reader_follower = self._reading = True  # a node starts as a follower
         self._running = True
-        for name, target in (("loop", self._loop), ("appender", self._appender)):
+        threads: list[tuple[str, Callable[[], None]]] = [("loop", self._loop)]
+        if self._sender is None:
+            threads.append(("appender", self._appender))
+        for name, target in threads:
             t = threading.Thread(target=target, name=f"replog-{name}-{self.node_id}", daemon=True)
             t.start()
             self._threads.append(t)
@@ -219,6 +250,7 @@ class Node:
     def submit_to(self, kind: str, payload: bytes, timeout_s: float, sink: Sink) -> None:
         """Append an entry; ``sink`` gets the outcome once this node applied it (or the error)."""
         error: ReplogError | None = None
+        settled: list[tuple[Sink, Completion]] | None = None
         with self._lock:
             if self.core.role is not Role.FOLLOWER:
                 try:
@@ -227,8 +259,16 @@ class Node:
                     error = e
                 else:
                     self._futures[token] = sink
-                    self._wake.notify()
-                    return
+                    if self._sender is None:
+                        self._wake.notify()
+                        return
+                    refused = self._send_batches()
+                    if not refused:
+                        return
+                    settled = self._take(refused)
+        if settled is not None:  # the log refused the record at once (this one, or others too)
+            _deliver(settled)
+            return
         if error is not None:
             _fail(sink, error)
             return
@@ -270,7 +310,10 @@ class Node:
                 completions = self.core.deposed(event.reason or "session lost")
             elif isinstance(event, Elected):
                 ok, completions = self.core.elected(event.writer_id)
-                self._wake.notify()
+                if self._sender is None:
+                    self._wake.notify()
+                elif ok:  # its LeaderStarted goes out now (``send`` does not wait)
+                    completions = completions + self._send_batches()
             self._own_ready.notify()  # a leader's loop waiting for its records reads as a follower
         self._resolve(completions)
         if not ok:  # the log already has a newer writer: rejoin with a larger id
@@ -335,6 +378,9 @@ class Node:
             if not self._open_reader(follower=True):
                 self._sleep_backoff()
                 return
+        if self._unreported:  # sent while it led: their reports only fail what is left
+            self._poll_sent(0)
+            self._take_reports()
         now = time.monotonic()
         if self._read_at < now - reader_stall_s and self._probed_at < now - reader_stall_s:
             self._probed_at = now
@@ -343,14 +389,20 @@ class Node:
         self._read(follower_poll_timeout_s)
 
     def _lead(self) -> None:
-        """One turn of a leader (or a starting one): apply its own acknowledged records at the
-        next offset; read the log only across a gap; otherwise wait for the appender."""
+        """One turn of a leader (or a starting one): take the log's reports of its records,
+        apply its own acknowledged records at the next offset; read the log only across a gap;
+        otherwise wait for acknowledgements (in ``poll_sent``, or for the appender)."""
         if self._reader is not None and self._reader_follower:  # elected: stop its fetching
             self._close_reader()
         core = self.core
+        settled = None
         with self._lock:
+            if self._sent:
+                settled = self._take(self._absorb_reports())
             own = core.take_own()
             read = not own and core.must_read()
+        if settled:
+            _deliver(settled)
         if own:
             for entry in own:
                 self._process(entry)
@@ -372,9 +424,9 @@ class Node:
             self._reader.pause()  # type: ignore[union-attr]
             self._reading = False
         now = time.monotonic()
-        if self._progress_at < now - leader_idle_probe_s \
+        if self._tail_unknown or self._progress_at < now - leader_idle_probe_s \
                 and self._probed_at < now - leader_idle_probe_s:
-            self._probed_at = now
+            self._probed_at, self._tail_unknown = now, False
             try:
                 tail = self.log.tail_offset()
             except Exception as e:  # noqa: BLE001 - log unreachable: asked again later
@@ -383,9 +435,92 @@ class Node:
             with self._lock:
                 core.log_ends_at(tail)
             return
+        if self._sender is None:
+            with self._lock:
+                if not core.has_work():
+                    self._own_ready.wait(poll_timeout_s)
+            return
+        if self._send_retry_at is not None and now >= self._send_retry_at:
+            self._retry_sends()
+        elif not self._sent:  # nothing to apply: wait for the broker's acknowledgements
+            self._poll_sent(poll_timeout_s)
+
+    # -- a log that sends (``SendingLog``) -----------------------------------------------
+    def _send_batches(self) -> list[Completion]:
+        """Under ``_lock``: send every batch the core releases, in seq order (``send`` does not
+        wait; the loop takes the reports). Stops at the first record the log refuses: it and
+        the rest of its batch fail, and the loop sends what is left after a backoff (a refused
+        LeaderStarted is queued again)."""
+        core, sender, on_sent = self.core, self._sender, self._on_sent
+        while core.has_batch():
+            batch = core.take_batch(self.clock())
+            for i, entry in enumerate(batch):
+                try:
+                    sender.send(entry.encode(), partial(on_sent, entry))  # type: ignore[union-attr]
+                except Exception as e:  # the log's refusal becomes the requests' failure
+                    log.warning("sending %d entries failed: %s", len(batch) - i, e)
+                    self.append_error = f"{type(e).__name__}: {e}"
+                    self._send_retry_at = time.monotonic() + append_retry_backoff_s
+                    return core.append_failed([x.seq for x in batch[i:]], str(e))
+                self._unreported += 1
+        return []
+
+    def _on_sent(self, entry: Entry, offset: int, error: ReplogError | None) -> None:
+        self._sent.append((entry, offset, error))  # any thread; taken by the loop
+
+    def _absorb_reports(self) -> list[Completion]:
+        """Under ``_lock``: feed the reports taken so far to the core: the records the log
+        took, in offset order whatever order the reports came in (``appended``), and the
+        failed ones (``append_failed``: indeterminate, the log may hold them; a record after
+        one of them is then a gap the leader reads across)."""
+        sent, core = self._sent, self.core
+        took: list[tuple[int, Entry]] = []
+        failed: list[int] = []
+        error: ReplogError | None = None
+        n = 0
+        while sent:
+            entry, offset, err = sent.popleft()
+            n += 1
+            if err is not None:
+                failed.append(entry.seq)
+                error = err
+            elif offset < 0:  # the log could not say where: read up to its end
+                self._tail_unknown = True
+            else:
+                took.append((offset, entry))
+        self._unreported = max(0, self._unreported - n)
+        if took:
+            self.append_error = None
+            if len(took) > 1:
+                took.sort(key=_by_offset)
+            core.appended([e for _, e in took], [o for o, _ in took])
+        if not failed:
+            return []
+        log.warning("%d entries were not appended: %s", len(failed), error)
+        self.append_error = f"{type(error).__name__}: {error}"
+        self._send_retry_at = time.monotonic() + append_retry_backoff_s
+        return core.append_failed(failed, str(error))
+
+    def _take_reports(self) -> None:
         with self._lock:
-            if not core.has_work():
-                self._own_ready.wait(poll_timeout_s)
+            settled = self._take(self._absorb_reports()) if self._sent else None
+        if settled:
+            _deliver(settled)
+
+    def _retry_sends(self) -> None:
+        """Send what a refusal or a failed record left queued (a LeaderStarted, or the rest
+        of a batch), once ``append_retry_backoff_s`` passed."""
+        with self._lock:
+            self._send_retry_at = None
+            settled = self._take(self._send_batches())
+        _deliver(settled)
+
+    def _poll_sent(self, timeout_s: float) -> None:
+        try:
+            self._sender.poll_sent(timeout_s)  # type: ignore[union-attr]
+        except Exception as e:  # noqa: BLE001 - a client in trouble: the next turn polls again
+            log.warning("%s: polling the log's delivery reports failed: %s", self.node_id, e)
+            time.sleep(poll_timeout_s)
 
     def _read(self, timeout_s: float = poll_timeout_s) -> None:
         """Poll the reader once and apply what it returned, in order."""
@@ -485,10 +620,13 @@ class Node:
         # writer's (every entry on a follower) need not take the lock again. A node elected
         # meanwhile has written nothing with its id before this entry.
         if step.entry.writer_id == self.core.my_writer_id:
-            with self._lock:  # one acquisition: finish, wake the appender, take the sinks
+            with self._lock:  # one acquisition: finish, release what queued, take the sinks
                 completions = self.core.finish(step, effects)
-                if self.core.has_batch():
-                    self._wake.notify()
+                if self.core.has_batch():  # its LeaderStarted applied: the queued requests go
+                    if self._sender is None:
+                        self._wake.notify()
+                    else:
+                        completions = completions + self._send_batches()
                 settled = self._take(completions) if completions else None
             if settled:
                 _deliver(settled)

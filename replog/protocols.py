@@ -1,6 +1,7 @@
 """The small interfaces replog drives: the state machine, the log, the election, the forwarder.
 
-Implementations: ``replog.kafka.KafkaLog`` and ``replog.filelog.FileLog`` (log),
+Implementations: ``replog.kafka.KafkaLog`` (log, and ``SendingLog``) and
+``replog.filelog.FileLog`` (log),
 ``replog.zk.ZkElection`` and ``replog.single.SingleNodeElection`` (election), the fakes in
 ``replog.testing`` (simulation), and the runner's state machine and HTTP forwarder.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from replog.entry import Entry
+from replog.errors import ReplogError
 
 
 @runtime_checkable
@@ -81,6 +83,28 @@ class LogAdapter(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+# Called once per sent record, on the thread that polls (``SendingLog.poll_sent``) or that
+# replaced the log's client: the offset the record took (-1 when the log cannot say, or on
+# failure) and the failure, if any. It must not block and must not take the caller's locks.
+OnSent = Callable[[int, ReplogError | None], None]
+
+
+@runtime_checkable
+class SendingLog(Protocol):
+    """A log that takes records without waiting for them to be durable (Kafka's produce) and
+    reports each one later: a leader hands a record over on the thread that submitted it and
+    takes the reports on its apply loop, with no appender thread between."""
+
+    def send(self, record: bytes, on_sent: OnSent) -> None:
+        """Hand ``record`` over after every record sent before it (the log keeps their order);
+        ``on_sent`` is called once, later, from ``poll_sent``. Raises when the log refuses it
+        at once (no report follows then); never waits for the network."""
+
+    def poll_sent(self, timeout_s: float) -> int:
+        """Wait up to ``timeout_s`` for reports of sent records and call their ``on_sent`` on
+        this thread; returns how many events were served (0 after the timeout)."""
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,7 @@ class Service:
 
             self.log = FileLog(s.data_dir / "log" / "railflow.log")
             election, forwarder = SingleNodeElection(_next_writer_epoch(s.data_dir / "log")), None
+        append_thread = True if s.mode == "cluster" and s.kafka_append == "thread" else None
         self.run_store = self._run_store or open_run_store(s)
         self.executor = EffectExecutor(s, self.run_store, self._submit_raw,
                                        self._run_changed, self.telemetry, self.app_urls,
@@ -111,7 +112,8 @@ class Service:
         self.node = Node(self.sm, self.log, election, node_id=s.node_id, advertise_url=s.url,
                          forwarder=forwarder, on_effects=self._on_effects,
                          start_offset=start_offset, start_writer_id=start_writer_id,
-                         start_writer_seq=start_writer_seq, checkpointer=self.checkpointer)
+                         start_writer_seq=start_writer_seq, checkpointer=self.checkpointer,
+                         append_thread=append_thread)
         self.node.start()
         self._running = True
         self._housekeeper = threading.Thread(target=self._housekeeping, name="housekeeping",
@@ -195,7 +197,8 @@ class Service:
         """Append ``raw`` (checked by ``check_entry_size``); ``then(applied, None)`` (or
         ``then(None, error)``) runs on the thread that settles it, no event loop in between:
         the node's apply loop for an entry this node applied, else the appender's, the
-        election's, a forwarding thread, or the caller's own when it fails at once. ``then``
+        election's, a forwarding thread, or the caller's own when it fails at once (the log
+        refused its record, say). ``then``
         must be quick and must not block (``runner.api.native`` answers the request there);
         what it raises is logged."""
         self._submit_to(kind, raw, timeout_s, _Direct(then, self._timed()))

@@ -61,6 +61,11 @@ class Settings(BaseSettings):
     zookeeper: str = endpoints.ZOOKEEPER
     kafka_bootstrap: str = endpoints.KAFKA_BOOTSTRAP
     kafka_topic: str = "railflow-log"
+    # How the leader writes to Kafka: inline, each record produced on the thread that
+    # submitted it and the delivery reports taken by the apply loop; thread, an appender
+    # thread between them with one group commit per batch (kept to measure against). The
+    # embedded file log always has its appender: its append syncs.
+    kafka_append: Literal["inline", "thread"] = "inline"
     election_path: str = "/railflow/leader"
     session_timeout_s: float = 6.0
     hbase_host: str = endpoints.HBASE_THRIFT_HOST

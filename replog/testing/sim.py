@@ -7,6 +7,10 @@ Replicas follow ``replog.node``'s protocol: a follower reads every record; a lea
 own acknowledged records without reading them (``take_own``), reads the log only where
 ``must_read`` says (gaps: a deposed writer's records, duplicates, failed appends that landed
 anyway, acknowledgements without offsets) and, when idle for a tick, probes the log's end.
+A leader writes in one of two ways, every other seed (``Config.pipelined``): one group commit
+in flight at a time (the appender), or each batch sent at once as the core releases it, many
+in flight, each record landing in the order sent and reported on its own (Kafka's produce and
+delivery reports), a send that the log refuses at once failing the rest of its batch.
 Faults, drawn from the seed: leader crash, follower crash and restart (from the start or from a
 checkpoint), leader paused past its session timeout (it resumes and writes after the new
 leader was elected), short pauses, duplicated appends, delayed and repeated deliveries, failed
@@ -59,6 +63,7 @@ class Config:
     request_timeout_ms: int = 300
     tick_ms: int = 100
     checkpoint_every_entries: int = 4
+    pipelined: bool | None = None  # None: seeds that are even send record by record
 
 
 DEFAULT_CONFIG = Config()
@@ -86,6 +91,8 @@ class Replica:
     start_offset: int = 0
     zk_seq: int | None = None
     appending: bool = False
+    landing_at: int = 0  # a sending leader's records land in the order sent
+    in_flight: int = 0  # records sent and not reported yet
     tokens: dict[int, Request] = field(default_factory=dict)
     applied: list[tuple[int, int, int]] = field(default_factory=list)
     applied_ts: list[int] = field(default_factory=list)
@@ -122,6 +129,8 @@ class Simulation:
         self.faults: Counter[str] = Counter()
         self.rates = {"dup": 0.0, "delay": 0.0, "redeliver": 0.0, "fail": 0.0, "blind": 0.0}
         self.probe: Request | None = None
+        self.pipelined = seed % 2 == 0 if config.pipelined is None else config.pipelined
+        self.in_flight_max = 0  # the most records one leader had sent and not seen reported
 
     # -- scheduling ---------------------------------------------------------------------
     def at(self, t: int, fn: Callable[..., None], *args: Any) -> None:
@@ -219,6 +228,9 @@ class Simulation:
         self.node_append(r)  # the appender runs at once: a paused leader writes on resume
 
     def node_append(self, r: Replica) -> None:
+        if self.pipelined:
+            self.node_send(r)
+            return
         if r.appending or not r.core.has_batch():
             return
         batch = r.core.take_batch(self.now)
@@ -253,6 +265,55 @@ class Simulation:
             r.core.appended(batch, landed)
         self.node_deliver(r)
         self.node_append(r)
+
+    def node_send(self, r: Replica) -> None:
+        """Send every batch the core releases, record by record, without waiting: each lands
+        after the one sent before it and is reported alone; the log may refuse a send at once
+        (it and the rest of its batch fail; what is left is sent on the next turn) or fail a
+        record after taking it or not."""
+        core = r.core
+        while core.has_batch():
+            batch = core.take_batch(self.now)
+            for i, entry in enumerate(batch):
+                if self.rng.random() < self.rates["fail"] / 2:
+                    self.trace(f"{r.name} send of seq {entry.seq} refused")
+                    self.complete(r, core.append_failed([e.seq for e in batch[i:]], "refused"))
+                    self.on(self.now + 1, r, self.node_append)
+                    return
+                record = entry.encode()
+                landing = max(self.now + self.delay(1, 4, self.rates["delay"]), r.landing_at)
+                r.landing_at = landing
+                if self.rng.random() < self.rates["fail"] / 2:
+                    self.trace(f"{r.name} record seq {entry.seq} fails")
+                    if self.rng.random() < 0.5:  # indeterminate: the log took it all the same
+                        self.at(landing, self.log_land, [record], r.name + " (failed)", None)
+                    r.in_flight += 1
+                    self.on(landing + 1, r, self.node_sent, entry, None)
+                    continue
+                r.in_flight += 1
+                self.in_flight_max = max(self.in_flight_max, r.in_flight)
+                landed: list[int] = []
+                self.at(landing, self.log_land, [record], r.name, landed)
+                if self.rng.random() < self.rates["dup"]:
+                    self.at(landing + self.delay(1, 30), self.log_land, [record],
+                            r.name + " (duplicate)", None)
+                self.on(landing + 1, r, self.node_sent, entry, landed)
+
+    def node_sent(self, r: Replica, entry: Entry, landed: list[int] | None) -> None:
+        """One record's report: where it landed, or that it failed."""
+        core = r.core
+        r.in_flight -= 1
+        if landed is None:
+            self.complete(r, core.append_failed([entry.seq], "injected"))
+            self.on(self.now + 1, r, self.node_append)  # a failed LeaderStarted is queued again
+        elif self.rng.random() < self.rates["blind"]:
+            self.trace(f"{r.name} learns no offset for seq {entry.seq}")
+            core.appended([entry], None)
+            if self.rng.random() < 0.5:
+                core.log_ends_at(len(self.log))
+        else:
+            core.appended([entry], landed)
+        self.node_deliver(r)
 
     def log_land(self, records: list[bytes], writer: str, landed: list[int] | None) -> None:
         self.trace(f"{len(records)} records from {writer} land at {len(self.log)}")
@@ -348,6 +409,7 @@ class Simulation:
         r.core.fence.seq = seq
         r.sm, r.cursor, r.start_offset = sm, start, start
         r.appending, r.tokens, r.progress_at = False, {}, self.now
+        r.landing_at = r.in_flight = 0
         r.applied, r.applied_ts = [], []
         r.alive, r.paused_until = True, 0
         self.zk_join(r)

@@ -1,5 +1,7 @@
 """The Kafka adapter's failure mapping, against a broker that is not there (no cluster)."""
 
+import time
+
 import pytest
 
 from replog import AppendFailed, AppendTimeout, Node, kafka
@@ -22,6 +24,21 @@ def test_an_append_that_timed_out_leaves_a_fresh_producer_for_the_next():
     stuck = log._producer
     with pytest.raises((AppendFailed, AppendTimeout)):
         log.append([b"x"])
+    assert log._producer is not stuck
+
+
+def test_a_sent_record_that_times_out_is_reported_and_the_next_send_has_a_fresh_producer():
+    log = KafkaLog(DEAD_BROKER, "t", create=False, log_level=0, **{"message.timeout.ms": 300})
+    stuck = log._producer
+    reports = []
+    log.send(b"x", lambda offset, error: reports.append((offset, error)))
+    deadline = time.monotonic() + 10
+    while not reports and time.monotonic() < deadline:
+        log.poll_sent(0.1)
+    ((offset, error),) = reports
+    assert offset == -1 and isinstance(error, AppendTimeout)
+    assert log._producer is stuck  # not replaced inside the delivery callback
+    log.send(b"y", lambda offset, error: reports.append((offset, error)))
     assert log._producer is not stuck
 
 

@@ -1,4 +1,8 @@
-"""The threaded node over in-memory and file logs: forwarding, read-your-writes, failover."""
+"""The threaded node over in-memory and file logs: forwarding, read-your-writes, failover.
+
+The three-node tests run both ways a leader writes: records sent on the submitting thread with
+their reports taken by the loop (``inline``, as on Kafka) and an appender thread's group
+commits (``thread``, as on the file log)."""
 
 import pathlib
 
@@ -27,8 +31,7 @@ def wait_for(predicate, timeout_s=WAIT_S):
     return False
 
 
-@pytest.fixture
-def cluster():
+def _three_nodes(append_thread: bool):
     log, directory, nodes_by_url = MemLog(), {}, {}
     nodes = []
     for i in range(3):
@@ -42,6 +45,7 @@ def cluster():
             advertise_url=url,
             forwarder=DirectForwarder(nodes_by_url),
             on_effects=lambda entry, _effects, seen=seen: seen.append(entry.offset),
+            append_thread=append_thread,
         )
         node.applied_offsets = seen  # every offset this node applied, in order
         nodes_by_url[url] = node
@@ -50,6 +54,17 @@ def cluster():
     yield log, nodes
     for n in nodes:
         n.stop()
+
+
+@pytest.fixture(params=["inline", "thread"])
+def cluster(request):
+    yield from _three_nodes(append_thread=request.param == "thread")
+
+
+@pytest.fixture
+def sending_cluster():
+    """Three nodes whose leader sends on the submitting thread (as on Kafka)."""
+    yield from _three_nodes(append_thread=False)
 
 
 def test_leader_acknowledges_after_apply_and_followers_mirror(cluster):
@@ -437,3 +452,117 @@ def test_a_node_reads_as_a_follower_until_it_leads_and_again_once_deposed(cluste
     assert a.sm.digest() == b.sm.digest()
     for n in (a, b):
         assert n.applied_offsets == list(range(applied.offset + 1))  # each once, in order
+
+
+# -- a leader that sends on the submitting thread (``SendingLog``, as on Kafka) ---------------
+def _lead(nodes) -> Node:
+    a = nodes[0]
+    a.election.elect(1)
+    assert wait_for(lambda: a.is_leader)
+    return a
+
+
+def test_a_sending_leader_has_no_appender_and_a_file_log_keeps_one(sending_cluster,
+                                                                    tmp_path: pathlib.Path):
+    log, nodes = sending_cluster
+    a = _lead(nodes)
+    assert a._sender is log
+    assert [t.name for t in a._threads] == ["replog-loop-n0"]
+    embedded = Node(DictKV(), FileLog(tmp_path / "log", fsync=False), SingleNodeElection(),
+                    node_id="e", advertise_url="x")
+    assert embedded._sender is None
+    with pytest.raises(ValueError, match="cannot send"):
+        Node(DictKV(), FileLog(tmp_path / "log2", fsync=False), SingleNodeElection(),
+             node_id="e", advertise_url="x", append_thread=False)
+
+
+def test_a_send_the_log_refuses_fails_its_request_at_once_and_the_next_is_served(
+        sending_cluster):
+    log, nodes = sending_cluster
+    a, b, c = nodes
+    _lead(nodes)
+    log.refuse_sends = True
+    sink = _Sink()
+    a.submit_to(ops.KIND, ops.put("x", 1), 5, sink)
+    assert sink.done.is_set()  # settled on the submitting thread, before submit_to returned
+    ((kind, error),) = sink.outcomes
+    assert kind == "error" and isinstance(error, AppendFailed) and "queue full" in str(error)
+    assert any("queue full" in p for p in a.problems())
+    log.refuse_sends = False
+    applied = a.submit(ops.KIND, ops.put("x", 2), 5).result(WAIT_S)
+    assert applied.offset == 1 and a.sm.get("x") == 2 and a.problems() == []
+    for n in (b, c):
+        assert n.wait_applied(applied.offset, WAIT_S) and n.sm.get("x") == 2
+
+
+def test_reports_in_any_order_are_applied_in_offset_order_without_reading(sending_cluster):
+    """Ten records in flight at once, their reports served newest first: the leader applies
+    them in offset order from what it holds, reading none of them back."""
+    log, nodes = sending_cluster
+    a, b, c = nodes
+    _lead(nodes)
+    read_before = a.records_read
+    log.hold_reports = True
+    log.report_order = lambda reports: reports[::-1]
+    futures = [a.submit(ops.KIND, ops.incr("n", i), WAIT_S) for i in range(1, 11)]
+    assert wait_for(lambda: len(log.records) == 11)  # all landed, none reported yet
+    assert not any(f.done() for f in futures)
+    log.release_reports()
+    results = [f.result(WAIT_S) for f in futures]
+    assert [r.offset for r in results] == list(range(1, 11))  # sent in seq order
+    assert [r.effects[0]["value"] for r in results] == [i * (i + 1) // 2 for i in range(1, 11)]
+    assert a.records_read == read_before and a.records_own >= 10
+    assert a.applied_offsets == list(range(11))
+    for n in (b, c):
+        assert n.wait_applied(10, WAIT_S) and n.sm.digest() == a.sm.digest()
+
+
+def test_a_record_reported_failed_that_landed_is_read_across_the_gap(sending_cluster):
+    """A record whose report says it failed (a timeout: indeterminate) is in the log all the
+    same: the leader's next own record leaves a gap before it, which the leader reads, and
+    applies what it finds there as every replica does."""
+    log, nodes = sending_cluster
+    a, b, c = nodes
+    _lead(nodes)
+    read_before = a.records_read
+    log.lose_reports = True
+    with pytest.raises(AppendFailed, match="no acknowledgement"):
+        a.submit(ops.KIND, ops.put("lost", 1), WAIT_S).result(WAIT_S)
+    log.lose_reports = False
+    applied = a.submit(ops.KIND, ops.put("next", 2), WAIT_S).result(WAIT_S)
+    assert applied.offset == 2 and a.records_read > read_before
+    for n in (a, b, c):
+        assert n.wait_applied(2, WAIT_S)
+        assert n.sm.get("lost") == 1 and n.sm.get("next") == 2
+    assert a.applied_offsets == [0, 1, 2]
+    assert a.sm.digest() == b.sm.digest() == c.sm.digest()
+
+
+def test_requests_queued_while_starting_are_sent_once_leader_started_applied(sending_cluster):
+    log, nodes = sending_cluster
+    a, b, _ = nodes
+    log.hold(1)  # the new leader's LeaderStarted waits in the log's client
+    a.election.elect(1)
+    assert wait_for(lambda: log.frozen_appends.get(1) == 1)
+    futures = [a.submit(ops.KIND, ops.put(f"q{i}", i), WAIT_S) for i in range(3)]
+    import time
+
+    time.sleep(0.1)
+    assert a.role is Role.STARTING and log.frozen_appends[1] == 1  # only LeaderStarted went
+    log.release(1)
+    assert [f.result(WAIT_S).offset for f in futures] == [1, 2, 3]
+    assert b.wait_applied(3, WAIT_S) and b.sm.digest() == a.sm.digest()
+
+
+def test_a_refused_leader_started_is_sent_again(sending_cluster):
+    import time
+
+    log, nodes = sending_cluster
+    a = nodes[0]
+    log.refuse_sends = True
+    a.election.elect(1)
+    time.sleep(0.3)  # several retries, each refused
+    assert a.role is Role.STARTING and not log.records and a.problems()
+    log.refuse_sends = False
+    assert wait_for(lambda: a.is_leader)
+    assert a.submit(ops.KIND, ops.put("k", 1), WAIT_S).result(WAIT_S).offset == 1

@@ -125,3 +125,16 @@ def test_checkers_catch_a_leader_applying_its_records_at_the_wrong_offsets(monke
     monkeypatch.setattr(ReplicaCore, "appended", off_by_one)
     failing = [s for s in range(100) if run_seed(s)[0]]
     assert failing, "the simulation cannot tell own records applied at the wrong offset"
+
+
+def test_both_ways_a_leader_writes_are_simulated():
+    """Even seeds send record by record (many in flight, reported one by one), odd seeds run
+    one group commit at a time; leaders apply their own records without reading them both
+    ways, and a pipelined leader has more than one record in flight at some point."""
+    pipelined, grouped = run_seed(10)[1], run_seed(11)[1]
+    assert pipelined.pipelined and not grouped.pipelined
+    for sim in (pipelined, grouped):
+        assert sum(r.own_applied for r in sim.replicas.values()) > 0
+    assert any(run_seed(seed)[1].in_flight_max > 1 for seed in range(0, 40, 2))
+    forced = run_seed(11, Config(pipelined=True))[1]
+    assert forced.pipelined and not run_seed(10, Config(pipelined=False))[1].pipelined
