@@ -116,7 +116,8 @@ def _serve_http(service, settings, overrides: dict, log_level: str) -> None:
     # format for every answer. httptools, each answer's head and body in one write.
     uvicorn.run(create_app(service, on_started=gcpolicy.settle), host=settings.host,
                 port=settings.port, http=HttpToolsProtocol, loop="uvloop", log_level=log_level,
-                access_log=False, proxy_headers=False, server_header=False, date_header=False)
+                access_log=False, proxy_headers=False, server_header=False, date_header=False,
+                timeout_keep_alive=settings.http_keep_alive_s)
 
 
 @demo_app.command("traffic")

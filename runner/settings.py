@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     # How an order reaches Python there: batches taken by one Python thread, or a call on the
     # runtime's thread that read it (docs/http-server.md).
     native_http_handoff: Literal["batch", "direct"] = "direct"
+    # An idle keep-alive connection is closed this long after its last answer (uvicorn's
+    # ``timeout_keep_alive``, whose default it is; the native front closes it alike).
+    http_keep_alive_s: int = Field(default=5, ge=1, le=3600)
     hot_path: bool = True
     # How long a Python thread holding the GIL runs before a waiting one may take it
     # (``runner.gcpolicy``); CPython's 5 ms let the DuckDB flusher or a checkpoint's writer

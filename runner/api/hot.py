@@ -158,15 +158,17 @@ class HotPath:
         return self.serve_order(scope["query_string"], _header(scope, b"authorization"),
                                 _header(scope, b"content-type"), body, answer)
 
-    def serve_order(self, query: bytes, authorization: str | None, content_type: str | None,
+    def serve_order(self, query: bytes | None, authorization: str | None, content_type: str | None,
                     body: bytes, answer: Answer,
                     waits: asyncio.AbstractEventLoop | None = None) -> bool:
-        """``serve_order_now`` from the parts of the request it reads (header values as
-        Latin-1 text). Without ``waits`` it runs on an event loop and answers there; with it
-        (``runner.api.native``, from a plain thread) the node's thread that applied the order
-        calls ``answer`` itself, and a run still waiting on an app is waited for on
-        ``waits``."""
-        if not self.serve or query or len(body) > _EVENT_BODY_MAX or not _json_type(
+        """``serve_order_now`` from the parts of the request it reads (the raw query, or
+        None; header values as Latin-1 text). A valid ``deadline_ms`` in the query bounds the
+        wait for runs as on the route; any other value of it is the route's to judge. Without
+        ``waits`` it runs on an event loop and answers there; with it (``runner.api.native``,
+        from a plain thread) the node's thread that applied the order calls ``answer``
+        itself, and a run still waiting on an app is waited for on ``waits``."""
+        deadline_ms = _deadline_ms(query) if query else 0
+        if not self.serve or deadline_ms == -1 or len(body) > _EVENT_BODY_MAX or not _json_type(
                 content_type) or not self._client_key(authorization):
             return False
         decoded = _event_of(body)
@@ -174,7 +176,7 @@ class HotPath:
             return False
         event, payload = decoded
         try:
-            order = ops.event_order(self.svc, event, None, payload)
+            order = ops.event_order(self.svc, event, deadline_ms or None, payload)
             self.svc.check_entry_size(payload)
         except errors.HANDLED as exc:
             _answer_error(answer, exc)

@@ -2,24 +2,26 @@
 
 ``railflow_http_native`` (the Rust crate in ``runner/native/``, built by ``make venv``: hyper on
 a small tokio runtime of its own threads) listens on the node's address and parses, reads and
-writes without the GIL. ``POST /v1/events`` without a query is read whole there, bounded by
+writes without the GIL. ``POST /v1/events`` is read whole there, bounded by
 ``limits.body_bytes_max`` (past it: the 413 ``HotPath`` gives, rendered once at start), and
-handed to Python as ``settings.native_http_handoff`` says: ``direct`` (the default), a call on
-the runtime's thread that read it; ``batch``, one Python thread taking them in batches (one
-wakeup and one GIL acquisition per batch). Either runs ``HotPath.serve_order``, the lean
-path's own checks, decode and submit; the node's
-thread that applied the order builds the answer (``HotPath._order_applied``) and hands status,
-headers and body to the request's ``Reply`` (a native call that queues it for the runtime and
-returns), with no event loop in between. A run still waiting on an app is waited for on a
-small event loop of this module, as the route waits.
+handed to Python with its query (``deadline_ms``) as ``settings.native_http_handoff`` says:
+``direct`` (the default), a call on the runtime's thread that read it; ``batch``, one Python
+thread taking them in batches (one wakeup and one GIL acquisition per batch). Either runs
+``HotPath.serve_order``, the lean path's own checks, decode and submit; the node's thread that
+applied the order builds the answer (``HotPath._order_applied``) and hands status, headers and
+body to the request's ``Reply`` (a native call that queues it for the runtime and returns),
+with no event loop in between. A run still waiting on an app is waited for on a small event
+loop of this module, as the route waits.
 
 Whatever ``serve_order`` declines (no or unknown key, a user's token, a body the structs
-refuse), and every other route (console, OpenAPI, reviews, admin, app callbacks, ``/metrics``,
-forwarding between nodes), is forwarded as it came to the node's own uvicorn on a Unix socket
-in a directory only this user can enter, which answers as it does alone: the 4xx messages
-naming the field, the OpenAPI document and the console are that application's. The client's
-address travels in ``x-forwarded-for``, which the front always sets itself and that uvicorn
-trusts from the socket alone.
+refuse, a ``deadline_ms`` out of bounds), and every other route (console, OpenAPI, reviews,
+admin, app callbacks, ``/metrics``, forwarding between nodes), is forwarded as it came to the
+node's own uvicorn on a Unix socket in a directory only this user can enter, which answers as
+it does alone: the 4xx messages naming the field, the OpenAPI document and the console are
+that application's. The client's address travels in ``x-forwarded-for``, which the front
+always sets itself and that uvicorn trusts from the socket alone. As uvicorn alone does, the
+front closes a connection idle for ``settings.http_keep_alive_s`` after an answer and answers
+malformed HTTP ``400 Invalid HTTP request received.`` (the crate's ``malformed`` module).
 
 ``serve_native(service, settings, log_level)`` blocks until SIGINT/SIGTERM, as ``uvicorn.run``
 does: uvicorn starts the service (its lifespan), then the front listens; at shutdown the front
@@ -66,12 +68,13 @@ class NativeFront:
     ``close()`` stops it."""
 
     def __init__(self, host: str, port: int, upstream: str, threads: int = 1,
-                 handoff: str = "batch") -> None:
+                 handoff: str = "batch", keep_alive_s: float = 5.0) -> None:
         self.host = host
         self.port = port
         self.upstream = upstream
         self.threads = threads
         self.handoff = handoff
+        self.keep_alive_s = keep_alive_s
         self._front: Any = None
         self._drainer: threading.Thread | None = None
         self._waits: asyncio.AbstractEventLoop | None = None
@@ -86,7 +89,8 @@ class NativeFront:
         self._front = front = native.Front(self.host, self.port, self.upstream, EVENTS_PATH,
                                            limits.body_bytes_max(EVENTS_PATH),
                                            (status, headers, body), self.threads,
-                                           _server_of(hot, waits) if direct else None)
+                                           _server_of(hot, waits) if direct else None,
+                                           self.keep_alive_s)
         self.port = front.port
         if not direct:
             self._drainer = threading.Thread(target=_drain, args=(front, hot, waits),
@@ -105,14 +109,14 @@ class NativeFront:
 
 
 def _server_of(hot: HotPath, waits: asyncio.AbstractEventLoop) -> Any:
-    """``serve(reply, authorization, content_type, body)``: one hot request through
+    """``serve(reply, query, authorization, content_type, body)``: one hot request through
     ``HotPath.serve_order`` (the node's thread answers it), or forwarded."""
     serve_order = hot.serve_order
 
-    def serve(reply: Any, authorization: str | None, content_type: str | None,
-              body: bytes) -> None:
+    def serve(reply: Any, query: bytes | None, authorization: str | None,
+              content_type: str | None, body: bytes) -> None:
         try:
-            if not serve_order(b"", authorization, content_type, body, reply.respond, waits):
+            if not serve_order(query, authorization, content_type, body, reply.respond, waits):
                 reply.forward()
         except Exception:  # noqa: BLE001 - one request's failure must not stop the front
             log.exception("serving an order failed")
@@ -166,7 +170,7 @@ def serve_native(service: Any, settings: Any, log_level: str) -> None:
     path = os.path.join(sock_dir, "app.sock")
     app = create_app(service, on_started=gcpolicy.settle)
     front = NativeFront(settings.host, settings.port, path, settings.native_http_threads,
-                        settings.native_http_handoff)
+                        settings.native_http_handoff, settings.http_keep_alive_s)
     config = uvicorn.Config(app, uds=path, http=HttpToolsProtocol, loop="uvloop",
                             log_level=log_level, access_log=False, proxy_headers=True,
                             forwarded_allow_ips="*", server_header=False, date_header=False,

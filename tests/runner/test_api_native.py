@@ -1,12 +1,13 @@
 """The native HTTP front end (``runner.api.native``) against uvicorn, the reference.
 
 Two embedded nodes run as ``railflow serve --http <server>`` processes, one per server; every
-answer must be the same from both (orders, the 4xx naming the field, 401, 413, the OpenAPI
-document and other forwarded routes), the front must keep connections alive, answer pipelined
-requests in order, survive clients that go away early and bad input (never a 500). One more
-node runs in this process to show which way each request took: an order served by the front
-(handed to Python in batches or by a call per request), what it declines and every other route
-by uvicorn behind it.
+answer must be the same from both (orders with and without ``deadline_ms``, the 4xx naming the
+field, 401, 413, malformed HTTP, the OpenAPI document and other forwarded routes), both must
+close a connection idle for the keep-alive time, the front must keep connections alive until
+then, answer pipelined requests in order, survive clients that go away early and bad input
+(never a 500). One more node runs in this process to show which way each request took: an
+order served by the front (handed to Python in batches or by a call per request), what it
+declines and every other route by uvicorn behind it.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ from tests.runner.test_api_lean import _post, _responses, _wait_workflows
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = ("uvicorn", "native")
 ready_timeout_s = 120
+KEEP_ALIVE_S = 2  # both nodes' RAILFLOW_HTTP_KEEP_ALIVE_S (uvicorn's default is 5)
 
 
 def _start(server: str, data_dir: Path) -> tuple[subprocess.Popen, str, str]:
     port = free_base_port(1)
     env = dict(os.environ, RAILFLOW_MODE="embedded", RAILFLOW_DATA_DIR=str(data_dir),
-               RAILFLOW_PORT=str(port), RAILFLOW_REQUEST_DEADLINE_MS_DEFAULT="1000")
+               RAILFLOW_PORT=str(port), RAILFLOW_REQUEST_DEADLINE_MS_DEFAULT="1000",
+               RAILFLOW_HTTP_KEEP_ALIVE_S=str(KEEP_ALIVE_S))
     env.pop("RAILFLOW_SERVER", None)
     proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "serve", "--http", server],
                             env=env, cwd=ROOT, stdout=open(data_dir / "node.log", "wb"),
@@ -311,6 +314,129 @@ def test_bad_input_is_never_a_500(nodes, raw):
     assert r.status_code == 200  # the front still serves
 
 
+def test_orders_with_a_deadline_answer_alike(nodes):
+    tag = uuid.uuid4().hex[:8]
+    # a run left waiting for a review (settled: answered at once) and one decided at once;
+    # a card of its own each (the nodes' other orders count towards a card's velocity)
+    review = dict(amount=300_000, country="NG", channel="card-not-present")
+    for data, deadline_ms in ((review, 300), ({}, 30_000), ({}, 1)):
+        event_id = f"dl-{tag}-{deadline_ms}"
+        ref, front = _both(nodes, "POST", "/v1/events", params={"deadline_ms": deadline_ms,
+                                                                 "other": "ignored"},
+                           json=_order(event_id, card=f"c-{event_id}", **data))
+        assert ref.status_code == front.status_code == 200, front.text
+        a, b = ref.json(), front.json()
+        assert b["event_id"] == event_id and not b["duplicate"]
+        assert [(r["decision"], r["state"], r["waiting_for"], r["workflow_id"])
+                for r in a["runs"]] == [
+            (r["decision"], r["state"], r["waiting_for"], r["workflow_id"]) for r in b["runs"]]
+        assert sorted(ref.headers) == sorted(front.headers)
+    assert b["runs"] and b["runs"][0]["state"] == "decided"
+    # past the route's bounds, each server gives the route's 422 naming the parameter
+    for value in ("30001", "-1", "", "1.5"):
+        ref, front = _both(nodes, "POST", "/v1/events", json=_order(f"dl-{tag}-bad"),
+                           params={"deadline_ms": value})
+        _same_error(ref, front)
+        assert front.json()["detail"][0]["loc"] == ["query", "deadline_ms"], value
+
+
+def _exchange(url: str, *parts: bytes) -> list[tuple[int, dict, bytes]]:
+    """Send each part once the answer to the one before came (uvicorn drops the answers it
+    owes when it meets bad HTTP behind them), then read every answer until the server closes
+    the connection."""
+    host, port = url.removeprefix("http://").split(":")
+    data, out = b"", []
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        for i, part in enumerate(parts):
+            while len(out) < i:  # the answers to the parts before this one
+                chunk = s.recv(65536)
+                assert chunk, (out, data)
+                got, data = _answers(data + chunk)
+                out += got
+            s.sendall(part)
+        while chunk := s.recv(65536):  # the server closes it (keep-alive at the latest)
+            data += chunk
+    return out + _answers(data)[0]
+
+
+def _answers(data: bytes) -> tuple[list[tuple[int, dict, bytes]], bytes]:
+    """The whole answers at the start of ``data`` (each with a content-length), and the rest."""
+    out = []
+    while b"\r\n\r\n" in data:
+        head, _, rest = data.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        headers = dict(line.decode("latin-1").lower().split(": ", 1) for line in lines[1:])
+        length = int(headers.get("content-length", 0))
+        if len(rest) < length:
+            break
+        out.append((int(lines[0].split(b" ")[1]), headers, rest[:length]))
+        data = rest[length:]
+    return out, data
+
+
+MALFORMED = [
+    b"GARBAGE\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nhost: x\r\nno colon here\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nho st: x\r\n\r\n",
+    b"POST /v1/events HTTP/1.1\r\nhost: x\r\ncontent-length: abc\r\n\r\n",
+    b"POST /v1/events HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nab",
+    b"POST /v1/events HTTP/1.1\r\nhost: x\r\ntransfer-encoding: gzip\r\n\r\n",
+    b"get /healthz HTTP/1.1\r\nhost: x\r\n\r\n",
+    b"GET /healthz HTTP/9.9\r\nhost: x\r\n\r\n",
+    b"GET /caf\xc3\xa9 HTTP/1.1\r\nhost: x\r\n\r\n",
+    b"GET /healthz HTTP/1.1\r\nhost: x\x00y\r\n\r\n",
+    b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n",  # hyper's 414, httptools' 400
+    # a broken chunk in an order's body (read by the front) and in a forwarded route's
+    b"POST /v1/events HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+    b"POST /v1/workflows HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+    # after a good request on the same connection
+    (b"GET /v1/no-such-route HTTP/1.1\r\nhost: x\r\n\r\n", b"GARBAGE\r\n\r\n"),
+]
+
+
+@pytest.mark.parametrize("raw", MALFORMED, ids=range(len(MALFORMED)))
+def test_malformed_http_is_answered_as_uvicorn_answers_it(nodes, raw):
+    parts = raw if isinstance(raw, tuple) else (raw,)
+    ref, front = (_exchange(nodes[server][0], *parts) for server in SERVERS)
+    assert len(front) == len(parts)
+    assert front == ref
+    status, headers, body = front[-1]
+    assert (status, body, headers["content-type"], headers["connection"]) == (
+        400, b"Invalid HTTP request received.", "text/plain; charset=utf-8", "close")
+
+
+def test_too_many_headers_get_a_clear_431_from_the_front(nodes):
+    """uvicorn (httptools) has no bound on a request's headers; the front keeps hyper's
+    (100), answering 431 with a message that says so."""
+    raw = (b"GET /v1/no-such-route HTTP/1.1\r\nhost: x\r\n"
+           + b"".join(b"x-h%d: 1\r\n" % i for i in range(120)) + b"\r\n")
+    (status, headers, body), = _exchange(nodes["native"][0], raw)
+    assert (status, headers["connection"]) == (431, "close")
+    assert b"more than 100 headers" in body
+    assert _exchange(nodes["uvicorn"][0], raw)[0][0] == 404
+
+
+@pytest.mark.parametrize("server", SERVERS)
+def test_an_idle_connection_is_closed_after_the_keep_alive_time(nodes, server):
+    url, key, _ = nodes[server]
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=20) as s:
+        for i in range(2):  # kept alive between requests
+            s.sendall(_post(key, orjson.dumps(_order(f"idle-{uuid.uuid4().hex[:8]}-{i}"))))
+            status, _ = _responses(s, 1)[0]
+            assert status == 200
+        answered = time.monotonic()
+        assert s.recv(65536) == b""  # the server closed it (a timeout here fails the test)
+        # closed by the keep-alive timer (started as the answer went), not at once
+        assert time.monotonic() - answered >= KEEP_ALIVE_S - 0.5
+
+
+def test_a_connection_that_never_sends_is_closed_by_the_front(nodes):
+    host, port, _ = _address(nodes)
+    with socket.create_connection((host, port), timeout=20) as s:
+        assert s.recv(65536) == b""  # hyper's head timer runs from the connection's opening
+
+
 class _Seen:
     """Stands in for the application's ``HotPath``: notes what the front's Python thread
     served and what reached the application by ASGI."""
@@ -368,7 +494,11 @@ def test_orders_are_served_by_the_front_the_rest_by_uvicorn(tmp_path, handoff):
         r = httpx.post(url + "/v1/events", json=_order("in-1"), headers=auth, timeout=10,
                        params={"deadline_ms": 800})
         assert r.status_code == 200 and r.json()["duplicate"]
-        assert seen.served == 1 and len(seen.asgi) == 2  # a query: straight to uvicorn
+        assert seen.served == 2 and len(seen.asgi) == 1  # a deadline: served by the front
+        r = httpx.post(url + "/v1/events", json=_order("in-3"), headers=auth, timeout=10,
+                       params={"deadline_ms": 0})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "deadline_ms"]
+        assert (seen.served, seen.declined, len(seen.asgi)) == (2, 2, 2)  # the route judged it
         assert httpx.get(url + "/healthz", timeout=10).status_code == 200
     finally:
         server.should_exit = True

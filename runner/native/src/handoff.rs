@@ -66,6 +66,8 @@ pub enum Outcome {
 /// A hot request on its way to Python: what the hot path reads of it, and where its outcome
 /// goes.
 pub struct Pending {
+    /// The target's query (the hot path reads `deadline_ms` there), if it has one.
+    pub query: Option<Bytes>,
     pub authorization: Option<HeaderValue>,
     pub content_type: Option<HeaderValue>,
     pub body: Bytes,

@@ -2,13 +2,14 @@
 //! (`runner/api/native.py` drives it).
 //!
 //! A `Front` listens on the node's public address with hyper on a small tokio runtime of its
-//! own threads: parsing, reading bodies and writing answers hold no GIL. `POST <hot path>`
-//! without a query is read whole and handed to Python through a queue that one Python thread
-//! drains in batches (`next_batch`); Python answers each through its `Reply` (`respond`, from
-//! any thread: the node's apply loop answers an order it applied) or sends it on
-//! (`forward`). Every other request is forwarded to the application's own server on a Unix
-//! socket. Modules: `handoff` (the queue and `Reply`), `server` (the listener and the hot
-//! route), `upstream` (forwarding).
+//! own threads: parsing, reading bodies and writing answers hold no GIL. `POST <hot path>` is
+//! read whole and handed to Python, by a call on the runtime's thread (`handler`) or through
+//! a queue that one Python thread drains in batches (`next_batch`); Python answers each
+//! through its `Reply` (`respond`, from any thread: the node's apply loop answers an order it
+//! applied) or sends it on (`forward`). Every other request is forwarded to the application's
+//! own server on a Unix socket. Modules: `handoff` (the queue and `Reply`), `server` (the
+//! listener, keep-alive and the hot route), `malformed` (uvicorn's answers to bad HTTP),
+//! `upstream` (forwarding).
 
 use std::net::ToSocketAddrs;
 use std::path::PathBuf;
@@ -23,6 +24,7 @@ use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 
 mod handoff;
+mod malformed;
 mod server;
 mod upstream;
 
@@ -41,23 +43,29 @@ struct Front {
     port: u16,
 }
 
-type Batch<'py> = Vec<(Py<Reply>, Option<Bound<'py, PyString>>, Option<Bound<'py, PyString>>,
-                       Bound<'py, PyBytes>)>;
+type Batch<'py> = Vec<(Py<Reply>, Option<Bound<'py, PyBytes>>, Option<Bound<'py, PyString>>,
+                       Option<Bound<'py, PyString>>, Bound<'py, PyBytes>)>;
 
 #[pymethods]
 impl Front {
     /// Listen on `host:port` (0: any free port, see `port`) and forward what is not hot to
     /// the HTTP server on the Unix socket `upstream`. `POST hot_path` bodies past `body_max`
     /// bytes are answered `too_large` (status, headers, body) unread. With a `handler`,
-    /// each hot request is handed to `handler(reply, authorization, content_type, body)` on
-    /// the runtime's thread that read it; without, they wait for `next_batch`.
+    /// each hot request is handed to `handler(reply, query, authorization, content_type,
+    /// body)` on the runtime's thread that read it; without, they wait for `next_batch`. A
+    /// connection waiting for a request's head longer than `keep_alive_s` (idle after an
+    /// answer, or from its opening) is closed.
     #[new]
     #[pyo3(signature = (host, port, upstream, hot_path, body_max, too_large, threads = 1,
-                        handler = None))]
+                        handler = None, keep_alive_s = 5.0))]
     #[allow(clippy::too_many_arguments)]
     fn new<'py>(host: &str, port: u16, upstream: PathBuf, hot_path: String, body_max: usize,
                 too_large: (u16, Bound<'py, PyAny>, Bound<'py, PyBytes>), threads: usize,
-                handler: Option<Py<PyAny>>) -> PyResult<Self> {
+                handler: Option<Py<PyAny>>, keep_alive_s: f64) -> PyResult<Self> {
+        if !(keep_alive_s > 0.0 && keep_alive_s <= 86_400.0) {
+            return Err(PyValueError::new_err(format!(
+                "keep_alive_s must be within (0, 86400], not {keep_alive_s}")));
+        }
         let too_large = Answer::from_py(too_large.0, &too_large.1, too_large.2.as_bytes())?;
         let addr = (host, port).to_socket_addrs()
             .map_err(|e| PyOSError::new_err(format!("{host}:{port}: {e}")))?
@@ -85,6 +93,7 @@ impl Front {
             hot_path,
             body_max,
             too_large,
+            keep_alive: Duration::from_secs_f64(keep_alive_s),
             in_flight: Default::default(),
         });
         let acceptor = runtime.spawn(server::accept(listener, shared.clone()));
@@ -97,9 +106,10 @@ impl Front {
         })
     }
 
-    /// The hot requests that came, as `(reply, authorization, content_type, body)` tuples
-    /// (header values as Latin-1 text, or None), at most `max`; waits up to `timeout_s` for
-    /// the first, the GIL released (an empty list then). None once closed.
+    /// The hot requests that came, as `(reply, query, authorization, content_type, body)`
+    /// tuples (the query as bytes, header values as Latin-1 text, or None), at most `max`;
+    /// waits up to `timeout_s` for the first, the GIL released (an empty list then). None
+    /// once closed.
     #[pyo3(signature = (max = 256, timeout_s = 1.0))]
     fn next_batch<'py>(&self, py: Python<'py>, max: usize, timeout_s: f64)
                        -> PyResult<Option<Batch<'py>>> {
@@ -112,8 +122,9 @@ impl Front {
         for p in taken {
             let auth = p.authorization.as_ref().map(|v| latin1(py, v));
             let ctype = p.content_type.as_ref().map(|v| latin1(py, v));
+            let query = p.query.as_ref().map(|q| PyBytes::new(py, q));
             let body = PyBytes::new(py, &p.body);
-            out.push((Py::new(py, Reply::new(p.tx))?, auth, ctype, body));
+            out.push((Py::new(py, Reply::new(p.tx))?, query, auth, ctype, body));
         }
         Ok(Some(out))
     }

@@ -1,8 +1,9 @@
-//! The public listener: HTTP/1.1 by hyper on the front's runtime. `POST <hot path>` without a
-//! query is read whole (bounded: past the limit, the 413 Python rendered at start) and handed
-//! to Python through the queue; the answer Python gives is written as it is. Every other
-//! request, and whatever Python declines, goes to the application's own server
-//! (`upstream.rs`).
+//! The public listener: HTTP/1.1 by hyper on the front's runtime. `POST <hot path>` is read
+//! whole (bounded: past the limit, the 413 Python rendered at start) and handed to Python with
+//! its query; the answer Python gives is written as it is. Every other request, and whatever
+//! Python declines, goes to the application's own server (`upstream.rs`). A connection idle
+//! after an answer is closed after the keep-alive time, as uvicorn closes it; malformed HTTP
+//! is answered as uvicorn answers it (`malformed.rs`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,15 +25,14 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::handoff::{latin1, Answer, Outcome, Pending, Queue, Reply};
+use crate::malformed::{self, Guarded};
 use crate::upstream::Upstream;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = UnsyncBoxBody<Bytes, BoxError>;
 
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
 pub struct Shared {
-    /// Called per hot request on the runtime's thread, `handler(reply, authorization,
+    /// Called per hot request on the runtime's thread, `handler(reply, query, authorization,
     /// content_type, body)`; None: requests go through `queue` to a Python thread instead.
     pub handler: Option<Py<PyAny>>,
     pub queue: Queue,
@@ -40,6 +40,9 @@ pub struct Shared {
     pub hot_path: String,
     pub body_max: usize,
     pub too_large: Answer,
+    /// How long a connection may wait for a request's head: after an answer (uvicorn's
+    /// `timeout_keep_alive`, whose timer starts there too), and from its opening.
+    pub keep_alive: Duration,
     /// Hot requests between their headers and their answer (`Front.close` waits for them).
     pub in_flight: AtomicUsize,
 }
@@ -78,20 +81,22 @@ pub async fn accept(listener: TcpListener, shared: Arc<Shared>) {
         let _ = stream.set_nodelay(true);
         let shared = shared.clone();
         tokio::spawn(async move {
-            let service = service_fn(move |req| handle(shared.clone(), peer, req));
             let mut builder = http1::Builder::new();
             // No Date header: the node's uvicorn sends none either (answers stay alike).
-            builder.timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT)
+            // hyper's head timer starts once an answer is written and the connection waits
+            // for the next head: an idle connection closes then, as uvicorn's keep-alive.
+            builder.timer(TokioTimer::new()).header_read_timeout(shared.keep_alive)
                 .auto_date_header(false);
-            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            let service = service_fn(move |req| handle(shared.clone(), peer, req));
+            let io = TokioIo::new(Guarded::new(stream));
+            let _ = builder.serve_connection(io, service).await;
         });
     }
 }
 
 async fn handle(shared: Arc<Shared>, peer: SocketAddr, req: Request<Incoming>)
                 -> Result<Response<Body>, BoxError> {
-    if req.method() == Method::POST && req.uri().path() == shared.hot_path
-        && req.uri().query().is_none() {
+    if req.method() == Method::POST && req.uri().path() == shared.hot_path {
         return hot(&shared, peer, req).await;
     }
     let req = req.map(|b| b.map_err(|e| -> BoxError { Box::new(e) }).boxed_unsync());
@@ -127,10 +132,12 @@ async fn hot(shared: &Arc<Shared>, peer: SocketAddr, req: Request<Incoming>)
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             return Ok(answered(shared.too_large.clone()));
         }
-        Err(e) => return Err(e), // the client went away mid-body: nobody to answer
+        // A broken chunk, or the client went away mid-body (then the answer goes nowhere).
+        Err(_) => return Ok(malformed::bad_request()),
     };
     let (tx, rx) = oneshot::channel();
     let pending = Pending {
+        query: parts.uri.query().map(|q| Bytes::copy_from_slice(q.as_bytes())),
         authorization: parts.headers.get(AUTHORIZATION).cloned(),
         content_type: parts.headers.get(CONTENT_TYPE).cloned(),
         body: body.clone(),
@@ -180,7 +187,8 @@ fn call_python(handler: &Py<PyAny>, p: Pending) {
         let auth = p.authorization.as_ref().map(|v| latin1(py, v));
         let ctype = p.content_type.as_ref().map(|v| latin1(py, v));
         let called = Py::new(py, Reply::new(p.tx)).and_then(|reply| {
-            handler.call1(py, (reply, auth, ctype, PyBytes::new(py, &p.body)))
+            let query = p.query.as_ref().map(|q| PyBytes::new(py, q));
+            handler.call1(py, (reply, query, auth, ctype, PyBytes::new(py, &p.body)))
         });
         if let Err(e) = called {
             e.print(py);

@@ -3,8 +3,10 @@
 //! goes as it came, less its hop-by-hop headers, with the client's address in
 //! `x-forwarded-for` (the application trusts it from this socket alone); the answer comes
 //! back streamed. Connections are kept in a small pool and reused once an answer was read
-//! to its end.
+//! to its end. A client's body that hyper cannot decode (a broken chunk) is answered as
+//! uvicorn answers it, not as an unreachable application.
 
+use std::error::Error as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -16,11 +18,12 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper::client::conn::http1::SendRequest;
-use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION};
 use hyper::{Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::TokioIo;
 use tokio::net::UnixStream;
 
+use crate::malformed;
 use crate::server::{text, Body, BoxError};
 
 const IDLE_MAX: usize = 32; // idle connections kept
@@ -85,10 +88,22 @@ impl Upstream {
         };
         let resp = match sender.send_request(req).await {
             Ok(r) => r,
+            // the client's body failed (hyper's error within ours), not the application
+            Err(e) if e.is_user() && e.source()
+                .is_some_and(|cause| cause.downcast_ref::<hyper::Error>().is_some()) => {
+                return malformed::bad_request();
+            }
             Err(_) => return unavailable(),
         };
         let (mut parts, body) = resp.into_parts();
+        // The application closes after what it could not parse (and when it stops): so does
+        // this client's connection, as it would have under the application alone.
+        let closes = parts.headers.get(CONNECTION)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
         drop_headers(&mut parts.headers, &RESPONSE_DROPPED);
+        if closes {
+            parts.headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
         let body = if body.is_end_stream() {
             self.put_back(sender);
             PooledBody { inner: body, back: None }
