@@ -92,12 +92,13 @@ impl Queue {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queue a request; gives it back once the queue is closed. Only the push that finds the
-    /// Python thread asleep wakes it: requests arriving meanwhile ride in its batch.
-    pub fn push(&self, pending: Pending) -> Result<(), Pending> {
+    /// Queue a request; false (the request dropped) once the queue is closed. Only the push
+    /// that finds the Python thread asleep wakes it: requests arriving meanwhile ride in its
+    /// batch.
+    pub fn push(&self, pending: Pending) -> bool {
         let mut st = self.lock();
         if st.closed {
-            return Err(pending);
+            return false;
         }
         st.items.push_back(pending);
         let wake = std::mem::take(&mut st.waiting);
@@ -105,7 +106,7 @@ impl Queue {
         if wake {
             self.ready.notify_one();
         }
-        Ok(())
+        true
     }
 
     /// Up to `max` requests, waiting up to `timeout` for the first; None once closed and

@@ -148,10 +148,8 @@ async fn hot(shared: &Arc<Shared>, peer: SocketAddr, req: Request<Incoming>)
             call_python(handler, pending);
             rx.await.ok()
         }
-        None => match shared.queue.push(pending) {
-            Ok(()) => rx.await.ok(),
-            Err(_) => Some(Outcome::Forward), // closing: the application's server answers
-        },
+        None if shared.queue.push(pending) => rx.await.ok(),
+        None => Some(Outcome::Forward), // closing: the application's server answers
     };
     Ok(match outcome {
         Some(Outcome::Answer(answer)) => answered(answer),
