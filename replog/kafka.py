@@ -45,6 +45,11 @@ from replog.protocols import OnSent
 
 PARTITION = 0
 linger_ms = 0
+# One produce request in flight at a time: records sent while it waits for the broker go out
+# together in the next one, a group commit made by the client (as the appender thread made
+# it). Five in flight (the idempotent producer's most) sent a request per record at 500/s,
+# and each request costs the client's threads and the broker.
+max_in_flight = 1
 append_timeout_s = 10.0  # a flush that takes longer fails its requests (indeterminate)
 # How long the broker may hold a fetch that found nothing. With fetch.min.bytes=1 the broker
 # answers a held fetch the moment a record is appended, so this bounds only idle round trips:
@@ -72,6 +77,7 @@ def producer_config(bootstrap: str, log_level: int = 6) -> dict:
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": linger_ms,
+        "max.in.flight.requests.per.connection": max_in_flight,
         "message.timeout.ms": int(append_timeout_s * 1000),
         "socket.nagle.disable": True,
         "retry.backoff.ms": retry_backoff_ms,

@@ -67,6 +67,8 @@ def test_producer_and_reader_are_tuned_for_one_record_latency():
     producer = kafka.producer_config(DEAD_BROKER)
     assert producer["linger.ms"] == 0 and producer["socket.nagle.disable"]
     assert producer["acks"] == "all" and producer["enable.idempotence"]
+    # a group commit by the client: what is sent while a request is in flight goes in the next
+    assert producer["max.in.flight.requests.per.connection"] == 1
     consumer = kafka.consumer_config(DEAD_BROKER)
     assert consumer["fetch.min.bytes"] == 1 and consumer["socket.nagle.disable"]
     assert consumer["auto.offset.reset"] == "error" and not consumer["enable.auto.commit"]
