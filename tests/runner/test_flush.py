@@ -111,3 +111,24 @@ def test_a_value_of_another_type_is_still_written_as_duckdb_casts_it():
     assert con.execute("SELECT * FROM events_seen ORDER BY event_id").fetchall() == \
         [("e-1", "order", 3, 10), ("e-2", "order", 4, 11)]
     con.close()
+
+
+def test_an_event_id_seen_again_after_it_expired_is_held_once(tmp_path):
+    """events_seen has no key: the flush deletes a generation's expired ids before inserting
+    its new sightings, so an id seen again in the same generation is held once, as seen last."""
+    minute = 60_000
+    hot, flushed = (RunnerStateMachine(tmp_path / name, engine=BruteForceW1Engine(),
+                                       dedup_retention_ms=minute) for name in ("hot", "flushed"))
+    log = FlushingLog(hot, flushed, flushing=flushed)
+    setup_w3(log)
+    log.apply(entries.EVENT_RECEIVED, order("a", card="c1"), ts=T0)
+    hot.sync()
+    log.apply(entries.EVENT_RECEIVED, order("b", card="c2"), ts=T0 + 2 * minute)  # "a" expires
+    again = reply(log.apply(entries.EVENT_RECEIVED, order("a", card="c1"), ts=T0 + 2 * minute))
+    assert again.result["duplicate"] is False
+    assert tables(hot) == tables(flushed)
+    seen = hot.con.execute("SELECT event_id, offset_ FROM events_seen ORDER BY event_id").fetchall()
+    assert seen == [("a", again.result["offset"]), ("b", again.result["offset"] - 1)]
+    assert hot.digest() == flushed.digest() == rows_digest(hot)
+    for m in (hot, flushed):
+        m.close()
