@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import duckdb
 import pyarrow as pa
+import pytest
 
 from runner.state import buffer, entries, schema
 from runner.state.effects import StoreRun
@@ -132,3 +133,19 @@ def test_an_event_id_seen_again_after_it_expired_is_held_once(tmp_path):
     assert hot.digest() == flushed.digest() == rows_digest(hot)
     for m in (hot, flushed):
         m.close()
+
+
+def test_a_generation_that_fails_to_write_leaves_no_row():
+    """The relation inserts run in the flush's transaction: a later statement that fails rolls
+    back the rows inserted before it."""
+    con = duckdb.connect(":memory:")
+    schema.create(con)
+    gen = buffer._Generation()
+    gen.seen["e-1"] = ("e-1", "order", 1, 10)
+    gen.decisions["r-1"] = ("r-1", "approve", 10, 1)
+    gen.outbox.append(("wh.r-1.n", "webhook", "r-1", "{}", "not a boolean"))  # fails the cast
+    with pytest.raises(duckdb.Error):
+        buffer._write(con.cursor(), gen)
+    for table in ("events_seen", "decisions", "outbox"):
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
+    con.close()
