@@ -39,6 +39,7 @@ from runner.state.machine import RunnerStateMachine  # noqa: E402
 # with a 10 ms fetch wait (today's), with a 20 ms one, and the bound of batching
 SETTINGS = ((5, 10.0), (10, 20.0), (0, 0.0))
 confirm_every_orders = 50  # a node's EffectsDone every 100 ms at 500 orders/s
+applied_timeout_s = 600.0
 
 
 class PacedReader:
@@ -97,6 +98,13 @@ class MemoryLog:
         pass
 
 
+def records_of(feed) -> list[tuple[int, bytes]]:
+    """The feed's records as a leader writes them: a node fences by (writer id, seq), so each
+    its own seq (``bench/apply_cost.py`` applies them directly, with seq 0)."""
+    return [(offset, dataclasses.replace(Entry.decode(raw, offset), seq=offset + 1).encode())
+            for offset, raw in feed.records]
+
+
 def run(records: list[tuple[int, bytes]], measured_from: int, orders: int, per_wake: int,
         gap_ms: float) -> tuple[float, float]:
     """(loop thread CPU µs per order, process CPU µs per order) over the measured records."""
@@ -108,17 +116,25 @@ def run(records: list[tuple[int, bytes]], measured_from: int, orders: int, per_w
     node = Node(sm, log, ManualElection({"leader": "http://leader"}), node_id="follower",
                 advertise_url="http://follower", on_effects=lambda entry, effects: None)
     node.start()
+
+    def wait_applied(offset: int) -> None:
+        deadline = time.monotonic() + applied_timeout_s
+        while node.applied_offset < offset:
+            if node.failure is not None:
+                raise RuntimeError(f"the follower stopped: {node.failure!r}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"offset {offset} not applied in {applied_timeout_s} s")
+            time.sleep(0.01)
+
     try:
-        while node.applied_offset < measured_from - 1:
-            time.sleep(0.02)
+        wait_applied(measured_from - 1)
         sm.flush()
         gcpolicy.settle()
         loop = next(t for t in threading.enumerate() if t.name.startswith("replog-loop"))
         clock = time.pthread_getcpuclockid(loop.ident)
         thread0, cpu0 = time.clock_gettime_ns(clock), time.process_time_ns()
         go.set()
-        while node.applied_offset < len(records) - 1:
-            time.sleep(0.01)
+        wait_applied(len(records) - 1)
         thread = time.clock_gettime_ns(clock) - thread0
         sm.flush()
         cpu = time.process_time_ns() - cpu0
@@ -140,9 +156,7 @@ def main() -> None:
     orders = args.orders or (3_000 if args.quick else 10_000)
     repeats = args.repeats or (1 if args.quick else 3)
     feed, measured_from, _ = build_feed(orders, args.seed, confirm_every=confirm_every_orders)
-    # a node fences by (writer id, seq): every record its own seq, as a leader writes them
-    records = [(offset, dataclasses.replace(Entry.decode(raw, offset), seq=offset + 1).encode())
-               for offset, raw in feed.records]
+    records = records_of(feed)
     report = Report("follower_loop", args.quick)
     for per_wake, gap_ms in SETTINGS:
         results = [run(records, measured_from, orders, per_wake, gap_ms) for _ in range(repeats)]
