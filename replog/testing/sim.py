@@ -285,8 +285,12 @@ class Simulation:
                 r.landing_at = landing
                 if self.rng.random() < self.rates["fail"] / 2:
                     self.trace(f"{r.name} record seq {entry.seq} fails")
-                    if self.rng.random() < 0.5:  # indeterminate: the log took it all the same
-                        self.at(landing, self.log_land, [record], r.name + " (failed)", None)
+                    if self.rng.random() < 0.5:  # indeterminate: the log took it all the same,
+                        # in its turn, or after later records (a replaced producer's purged
+                        # request that reached the broker anyway)
+                        late = self.delay(1, 30) if self.rng.random() < 0.5 else 0
+                        self.at(landing + late, self.log_land, [record], r.name + " (failed)",
+                                None)
                     r.in_flight += 1
                     self.on(landing + 1, r, self.node_sent, entry, None)
                     continue
