@@ -721,6 +721,10 @@ pub struct StreamCore {
     /// (frame.rs) rather than JSON; settable for the benchmarks' A/B in one run and tests.
     #[pyo3(get, set)]
     columnar: bool,
+    /// The bits of a key's fingerprint a new key space keeps (keyed.rs `KeySpace::index`):
+    /// 64; tests take a few, so that keys share fingerprints all the time.
+    #[pyo3(get, set)]
+    key_fingerprint_bits: u32,
     /// Section times of the slowest `ingest` calls (trace.rs; `trace_slow_ns`, `slow_calls`).
     trace: crate::trace::Trace,
 }
@@ -1811,6 +1815,7 @@ impl StreamCore {
             json_keys: Default::default(), prefetch_events: true, reused: 0,
             look_ahead: true,
             lazy_min_tables: LAZY_MIN_TABLES, row_len: None, columnar: true,
+            key_fingerprint_bits: 64,
             trace: Default::default(),
         })
     }
@@ -1883,7 +1888,9 @@ impl StreamCore {
                     let si = match space_index.get(&names) {
                         Some(&si) => si,
                         None => {
-                            spaces.push(old_spaces.remove(&names).unwrap_or_default());
+                            spaces.push(old_spaces.remove(&names).unwrap_or_else(|| {
+                                KeySpace::with_fingerprint_bits(self.key_fingerprint_bits)
+                            }));
                             space_fields.push(key_fields.clone());
                             space_names.push(names.clone());
                             space_index.insert(names, spaces.len() - 1);
@@ -2407,6 +2414,12 @@ impl StreamCore {
     /// freed with the last entry holding it, and reused).
     fn key_ids(&self) -> Vec<(usize, usize)> {
         self.core.spaces.iter().map(|s| (s.ids(), s.made())).collect()
+    }
+
+    /// Per key space, the live keys whose fingerprint another live key held when they came
+    /// (keyed.rs `KeySpace::clashes`): a debug counter for tests.
+    fn key_clashes(&self) -> Vec<usize> {
+        self.core.spaces.iter().map(|s| s.clashes()).collect()
     }
 
     /// Per key space, (times it grew, ids it has room for, ids whose records are made) of its
