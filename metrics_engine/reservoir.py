@@ -233,8 +233,9 @@ class StreamReservoir:
         """Take the places of the chunks the writer has written since the last call."""
         if self._sid is None:
             return
+        base = self.counters.chunk_base
         for k, seg, offset, length, end in self.writer.native.take_done(self._sid):
-            meta = self.chunks[k - self.chunk_base]  # trim keeps chunks not yet placed
+            meta = self.chunks[k - base]  # trim keeps chunks not yet placed
             meta.segment, meta.offset, meta.length = seg, offset, length
             self._durable_pos = end
             self.pending.pop(k, None)
@@ -265,22 +266,26 @@ class StreamReservoir:
         goes to disk."""
         if not self.open_events:
             return None
-        k = self.open_no
-        meta = ChunkMeta(self.open_first_pos, len(self.open_events))
+        # The counters read and set directly (not through the properties): this runs at
+        # every chunk's close, inside one event's latency.
+        c = self.counters
+        k = c.chunk_base + len(self.chunks)
+        meta = ChunkMeta(c.open_first_pos, len(self.open_events))
         self.pending[k] = self.open_events
         self.chunks.append(meta)
         payload: bytes | list[bytes] = self.open_blobs  # the writer joins them (one copy)
-        if self.lazy_open:  # rows left None: decoded when a reader asks
+        if c.lazy:  # rows left None: decoded when a reader asks
             if json is None and not native:
                 json = b"[" + b",".join(self.open_blobs) + b"]"
             if json is not None:  # else (native, on disk) read back from the segment
                 payload = self._pending_json[k] = json
-            self.lazy_open = False
-        self.open_first_pos = self.next_pos
+            c.lazy = False
+        c.open_first_pos = c.next_pos
         # The closed chunk's blobs are freed at the next trim (the next event), not now: a
         # chunk's bookkeeping is spread over two events.
         self._closed_blobs = self.open_blobs
-        self.open_events, self.open_blobs, self.open_bytes = [], [], 0
+        self.open_events, self.open_blobs = [], []
+        c.open_bytes = 0
         if self.writer is not None and self.directory is not None:
             self.writer.check()
             if native:
@@ -298,13 +303,18 @@ class StreamReservoir:
             if chunks[n].segment < 0 and self.directory is not None:
                 break  # not durable yet: keep it until the writer has placed it
             n += 1
-        for k in range(self.chunk_base, self.chunk_base + n):
-            self.pending.pop(k, None)
-            self._pending_json.pop(k, None)
-            self.decoded.pop(k, None)
-            self.fetching.pop(k, None)
-        del chunks[:n]
-        self.chunk_base += n
+        c = self.counters
+        base = c.chunk_base
+        if n:
+            pending, pending_json, decoded, fetching = (self.pending, self._pending_json,
+                                                        self.decoded, self.fetching)
+            for k in range(base, base + n):
+                pending.pop(k, None)
+                pending_json.pop(k, None)
+                decoded.pop(k, None)
+                fetching.pop(k, None)
+            del chunks[:n]
+            c.chunk_base = base + n
         # Segment deletion is decided on the writer thread, after every chunk submitted so far
         # is placed: a writer that lags behind ingest must still delete what the floor passed,
         # so the floor goes to it even when no chunk could leave memory yet.
