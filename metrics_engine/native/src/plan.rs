@@ -727,6 +727,8 @@ pub struct StreamCore {
     key_fingerprint_bits: u32,
     /// Section times of the slowest `ingest` calls (trace.rs; `trace_slow_ns`, `slow_calls`).
     trace: crate::trace::Trace,
+    /// The reservoir's (memory-only, native writer), looked up at the first chunk's close.
+    res_io: Option<(bool, Option<Py<crate::writer::NativeWriter>>)>,
 }
 
 /// Rows on that `ingest_arrays` looks up keys for (`Core::find_ahead`).
@@ -987,17 +989,31 @@ impl StreamCore {
         // Rows left None are decoded from the chunk's JSON when read: a reservoir on disk reads
         // a closed chunk's back from its segment (reservoir.py `_pending_events`), so only a
         // memory-only one keeps a copy (a 64 KiB copy at every chunk's close was most of it).
-        let lazy = res.getattr(intern!(py, "lazy_open"))?.is_truthy()?;
-        let keep = lazy && res.getattr(intern!(py, "directory"))?.is_none();
+        let lazy = self.counters.borrow(py).lazy; // the reservoir's `lazy_open`
+        if self.res_io.is_none() {
+            // The reservoir's directory and writer never change: looked up at the first close.
+            let memory_only = res.getattr(intern!(py, "directory"))?.is_none();
+            let writer = res.getattr(intern!(py, "writer"))?;
+            let writer = if writer.is_none() {
+                None
+            } else {
+                Some(writer.getattr(intern!(py, "native"))?
+                    .downcast_into::<crate::writer::NativeWriter>()?.unbind())
+            };
+            self.res_io = Some((memory_only, writer));
+        }
+        let memory_only = self.res_io.as_ref().is_some_and(|io| io.0);
+        let keep = lazy && memory_only;
         let json = if keep { PyBytes::new(py, &payload).into_any() } else { py.None().into_bound(py) };
         // The reservoir's bookkeeping; it returns the writer's stream id and the chunk's place
         // when the chunk goes to disk.
         let to_write = res.call_method1(intern!(py, "close_open"), (json, true))?;
         if !to_write.is_none() {
             let (sid, k, first, count): (usize, i64, u64, u32) = to_write.extract()?;
-            let writer = res.getattr(intern!(py, "writer"))?.getattr(intern!(py, "native"))?;
-            let writer = writer.downcast::<crate::writer::NativeWriter>()?.borrow();
-            writer.submit(py, sid, k, first, count, payload, magic)?;
+            let Some(writer) = self.res_io.as_ref().and_then(|io| io.1.as_ref()) else {
+                return Err(self.invariant(py, "a chunk to write with no writer".into()));
+            };
+            writer.borrow(py).submit(py, sid, k, first, count, payload, magic)?;
         }
         Ok(())
     }
@@ -1816,7 +1832,7 @@ impl StreamCore {
             look_ahead: true,
             lazy_min_tables: LAZY_MIN_TABLES, row_len: None, columnar: true,
             key_fingerprint_bits: 64,
-            trace: Default::default(),
+            trace: Default::default(), res_io: None,
         })
     }
 
