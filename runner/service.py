@@ -42,6 +42,7 @@ waiters_max = 100_000
 # Past this many decided runs unconfirmed by the run store, /healthz names it as a problem
 # (about a minute of orders at 300/s behind: more than the leader's retries explain).
 runs_awaiting_store_warn = 20_000
+housekeeper_join_timeout_s = 10.0  # at stop: a round waits at most for a failed submit
 
 
 def now_ms() -> int:
@@ -122,7 +123,12 @@ class Service:
 
     def stop(self) -> None:
         self._running = False
-        self.node.stop()
+        self.node.stop()  # fails what the housekeeper may wait for
+        # The housekeeper opens DuckDB cursors on the state's connection: closing it while one
+        # opens fails the close ("connection is busy with another call").
+        housekeeper = getattr(self, "_housekeeper", None)
+        if housekeeper is not None:
+            housekeeper.join(timeout=housekeeper_join_timeout_s)
         self.executor.close()
         self.checkpointer.close(timeout_s=10)
         self.run_store.close()
