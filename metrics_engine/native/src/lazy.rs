@@ -19,6 +19,12 @@
 //! the log when the key is touched, or when a slow sweep over the ids reaches it (`sweep_next`),
 //! which frees the ids of keys that stopped coming.
 //!
+//! A read tells the logged events a window let go of from their times (`LazyTable::first_in`:
+//! the reservoir's times never go back), not from its head's place, so the heads all of whose
+//! windows are lazy need not move at every event: they move in runs of up to
+//! `StreamCore.lazy_head_lag` events (plan.rs `catch_up`), at once when an eager key's states
+//! are read, and before any call that reads states, cursors or the reservoir's floor.
+//!
 //! A state folded from the log is the eager state: a window's state depends only on the events
 //! in it, not on the order its adds and removes came in (aggregations.rs: sums are exact, the
 //! min/max deque holds the window's suffix extremes, the others count). Snapshots, digests,
@@ -44,8 +50,10 @@ const SWEEP_SCAN: usize = 16;
 #[derive(Clone, Debug)]
 pub struct LazyTable {
     pub space: usize,
-    /// Its window's head (a cursor index) and first position.
+    /// Its window's head (a cursor index), the head's reach (`Spec::Le(reach)`: it passes
+    /// the events at least this old) and the window's first position.
     pub head: usize,
+    pub reach: i64,
     pub start_pos: u64,
     /// Its window's filter: the row's predicate, and the log column holding it.
     pub pred: Option<usize>,
@@ -62,6 +70,17 @@ impl LazyTable {
     #[inline]
     pub fn lo(&self, head_pos: u64) -> u64 {
         head_pos.max(self.start_pos)
+    }
+
+    /// How many of the logged events `times` (oldest first) the window has let go of at time
+    /// `t`: those before `lo` (its head's place, or its start) or at most `t - reach` old.
+    /// The reservoir's times never go back, so the head passes exactly those once it has
+    /// moved to `t`; a head that has not moved yet (plan.rs `lazy_head_lag`) is behind, and
+    /// the times tell what it would have passed.
+    #[inline]
+    pub fn first_in(&self, times: &[(i64, u64)], head_pos: u64, t: i64) -> usize {
+        let (lo, cut) = (self.lo(head_pos), t.saturating_sub(self.reach));
+        times.partition_point(|a| a.1 < lo || a.0 <= cut)
     }
 }
 

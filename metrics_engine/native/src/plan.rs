@@ -320,9 +320,8 @@ impl Core {
         let id = self.kid(row, s, false)?;
         if let (Some(lt), Some(ls)) = (&self.lazy[table], &self.logs[s]) {
             if !ls.is_eager(id, self.spaces[s].gen(id)) {
-                let lo = lt.lo(heads[lt.head].pos);
                 let times = ls.times(id);
-                let first = times.partition_point(|a| a.1 < lo);
+                let first = lt.first_in(times, heads[lt.head].pos, t);
                 if first == times.len() {
                     return None; // nothing of it in the window
                 }
@@ -571,22 +570,39 @@ impl Core {
         false
     }
 
+    /// Whether the row's key is eager in a lazy space (its lazy tables' states are read for
+    /// it: the heads must have evicted what left them).
+    fn row_eager(&mut self, row: &mut Row) -> bool {
+        for s in 0..self.logs.len() {
+            if self.logs[s].is_none() {
+                continue;
+            }
+            let Some(id) = self.kid(row, s, false) else { continue };
+            let gen = self.spaces[s].gen(id);
+            if self.logs[s].as_ref().is_some_and(|ls| ls.is_eager(id, gen)) {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Choose the lazy tables of a new plan (lazy.rs): the plain tables of windows that take
     /// the current event (the `all` tail) and have a head of a time bound, in the key spaces
     /// holding at least `min` of them. Every key a lazy table holds states for is eager.
     fn plan_lazy(&mut self, cursors: &[Cursor], min: usize) {
         self.lazy = vec![None; self.tables.len()];
-        let mut cand: Vec<Vec<(usize, usize, u64, Option<usize>)>> = vec![vec![]; self.spaces.len()];
+        let mut cand: Vec<Vec<(usize, usize, i64, u64, Option<usize>)>> = vec![vec![]; self.spaces.len()];
         for win in &self.windows {
             let Some(h) = win.head else { continue };
-            if cursors[win.tail].spec != Spec::All || !matches!(cursors[h].spec, Spec::Le(_)) {
+            let Spec::Le(reach) = cursors[h].spec else { continue };
+            if cursors[win.tail].spec != Spec::All {
                 continue;
             }
             for route in &win.routes {
                 for g in &route.groups {
                     let t = &self.tables[g.table];
                     if t.hop.is_none() {
-                        cand[t.space].push((g.table, h, win.start_pos, route.pred));
+                        cand[t.space].push((g.table, h, reach, win.start_pos, route.pred));
                     }
                 }
             }
@@ -608,7 +624,7 @@ impl Core {
             }
             let mut inputs: Vec<Input> = vec![];
             let mut tables = vec![];
-            for (t, head, start_pos, pred) in c {
+            for (t, head, reach, start_pos, pred) in c {
                 let tb = &self.tables[t];
                 let cols: Vec<usize> = tb.inputs.iter().map(|&i| col(&mut inputs, i)).collect();
                 let pcol = pred.map(|p| col(&mut inputs, Input::Pred(p)));
@@ -620,7 +636,7 @@ impl Core {
                         fams.len() - 1
                     }
                 };
-                self.lazy[t] = Some(LazyTable { space: s, head, start_pos, pred, pcol,
+                self.lazy[t] = Some(LazyTable { space: s, head, reach, start_pos, pred, pcol,
                                                 kinds: tb.kinds.clone(), cols, fam });
                 tables.push(t);
             }
@@ -713,6 +729,17 @@ pub struct StreamCore {
     /// (plan.py sets it; tests set it high to run the eager path alone).
     #[pyo3(get, set)]
     lazy_min_tables: usize,
+    /// Events the heads all of whose windows are lazy (`Cursor::lazy`) may fall behind by:
+    /// they move every that many events, or at once when the event's key is eager in a lazy
+    /// space (its states are read) or a call other than an ingest comes (`catch_up`). A raw
+    /// key's read tells the events its window let go of from their times (`LazyTable::
+    /// first_in`), so such a head walks its rows in runs, not one row per event. 0 or 1:
+    /// every event (settable for the benchmarks' A/B in one run and tests).
+    #[pyo3(get, set)]
+    lazy_head_lag: u32,
+    /// Events the lazy heads are behind, and the time and next position they move to.
+    behind: u32,
+    behind_to: (i64, u64),
     /// The JSON length of the batch row being appended, as the batch's plan counted it
     /// (`plan_frames`); the row has no JSON when `blob` is empty (its chunk's columnar
     /// frame holds it).
@@ -733,6 +760,11 @@ pub struct StreamCore {
 
 /// Rows on that `ingest_arrays` looks up keys for (`Core::find_ahead`).
 const AHEAD: usize = 3;
+
+/// `StreamCore::lazy_head_lag`'s default: W1's 120 lazy heads then walk runs of up to 64 rows
+/// (a row ~1/64 of a head's per-move cost); their logs' floor lags as much (a few more keys
+/// fill their log and turn eager).
+const LAZY_HEAD_LAG: u32 = 64;
 
 /// The reservoir's open chunk while a batch goes in: kept here, written back to the Python
 /// reservoir (`write_back`) when the chunk closes and when the batch ends. A row's event is
@@ -1483,6 +1515,7 @@ impl StreamCore {
         let (pos, k, idx) = self.append(py, &res, ts)?;
         self.trace.mark(2);
         let next_pos = pos + 1;
+        let mut deferred = false;
         for oi in 0..self.order.len() {
             let ci = self.order[oi];
             let c = &self.cursors[ci];
@@ -1495,8 +1528,17 @@ impl StreamCore {
                 let c = &mut self.cursors[ci];
                 c.pos = next_pos;
                 c.stale = true;
+            } else if self.cursors[ci].lazy && self.lazy_head_lag > 1 {
+                deferred = true; // moves in `catch_up`
             } else if !self.nothing_to_pass(ci, ts) {
                 self.advance_one(py, ci, ts, next_pos)?;
+            }
+        }
+        if deferred {
+            self.behind += 1;
+            self.behind_to = (ts, next_pos);
+            if self.behind >= self.lazy_head_lag || self.core.row_eager(&mut self.cur) {
+                self.catch_up(py)?;
             }
         }
         if self.chunks.bind(py).len() != chunks {
@@ -1708,6 +1750,26 @@ impl StreamCore {
         Ok(())
     }
 
+    /// Move the lazy heads `take` left behind (`lazy_head_lag`) to the last event's time, as
+    /// they would have moved event by event: a head passes the same rows, in order, and
+    /// evicts the same eager keys' events (a window's state does not depend on whether its
+    /// adds and removes interleave, lazy.rs); only later. Every call that reads states,
+    /// cursors or the reservoir's floor, other than an event's own reads, comes here first.
+    fn catch_up(&mut self, py: Python<'_>) -> PyResult<()> {
+        if self.behind == 0 {
+            return Ok(());
+        }
+        self.behind = 0;
+        let (t, next_pos) = self.behind_to;
+        for oi in 0..self.order.len() {
+            let ci = self.order[oi];
+            if self.cursors[ci].lazy && !self.nothing_to_pass(ci, t) {
+                self.advance_one(py, ci, t, next_pos)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Every raw key of a lazy table turns eager (lazy.rs `settle`).
     fn settle(&mut self) {
         self.core.settle(&self.cursors);
@@ -1832,6 +1894,7 @@ impl StreamCore {
             look_ahead: true,
             lazy_min_tables: LAZY_MIN_TABLES, row_len: None, columnar: true,
             key_fingerprint_bits: 64,
+            lazy_head_lag: LAZY_HEAD_LAG, behind: 0, behind_to: (0, 0),
             trace: Default::default(), res_io: None,
         })
     }
@@ -1840,6 +1903,7 @@ impl StreamCore {
     fn set_plan(&mut self, py: Python<'_>, fields: Vec<Py<PyString>>, preds: Vec<PyObject>,
                 cursors: Vec<(i64, String, i64, i64, i64, u64)>, order: Vec<i64>,
                 windows: Vec<WindowSpec>, outputs: Vec<OutputSpec>) -> PyResult<()> {
+        self.catch_up(py)?;
         // Raw keys turn eager first (lazy.rs): their logs follow the old plan's windows.
         self.settle();
         // Plain tables' states leave their spaces' record slabs while the plan changes (the
@@ -2297,6 +2361,7 @@ impl StreamCore {
     }
     /// Move every cursor to time `t` / position `next_pos` (replay after a crash).
     fn advance_all(&mut self, py: Python<'_>, t: i64, next_pos: u64) -> PyResult<()> {
+        self.catch_up(py)?;
         for oi in 0..self.order.len() {
             self.advance_one(py, self.order[oi], t, next_pos)?;
         }
@@ -2306,6 +2371,7 @@ impl StreamCore {
 
     /// Move one cursor (a new one, catching its windows up alone).
     fn advance(&mut self, py: Python<'_>, cursor: i64, t: i64, next_pos: u64) -> PyResult<()> {
+        self.catch_up(py)?;
         let ci = self.cursor_index(cursor)?;
         // A catch-up, as a backfill: every key it inserts is eager (lazy.rs).
         self.settle();
@@ -2321,6 +2387,7 @@ impl StreamCore {
     #[pyo3(signature = (window, start, end, only=None))]
     fn fill(&mut self, py: Python<'_>, window: usize, start: u64, end: u64,
             only: Option<(String, String)>) -> PyResult<()> {
+        self.catch_up(py)?;
         let (mut window, mut start) = (window, start);
         let only = match only {
             None => None,
@@ -2382,6 +2449,12 @@ impl StreamCore {
         self.reused
     }
 
+    /// Events the lazy heads are behind now (`lazy_head_lag`; a debug counter for tests:
+    /// reading it does not move them).
+    fn heads_behind(&self) -> u32 {
+        self.behind
+    }
+
     /// Bucket operations the calendar windows' rolls have done (a debug counter for tests).
     fn roll_work(&self) -> u64 {
         self.core.tables.iter().map(|t| t.rolls).sum()
@@ -2389,8 +2462,9 @@ impl StreamCore {
 
     /// Calendar keys holding window states apart from their buckets' partials (a debug
     /// counter for tests: a window of one closed bucket is that bucket's partial).
-    fn held_windows(&self) -> usize {
-        self.core.tables.iter().map(|t| t.held_windows()).sum()
+    fn held_windows(&mut self, py: Python<'_>) -> PyResult<usize> {
+        self.catch_up(py)?;
+        Ok(self.core.tables.iter().map(|t| t.held_windows()).sum())
     }
 
     /// Calendar buckets keeping their events raw (a debug counter for tests).
@@ -2399,6 +2473,7 @@ impl StreamCore {
     }
 
     fn seek(&mut self, py: Python<'_>, cursor: i64, pos: u64) -> PyResult<()> {
+        self.catch_up(py)?;
         let ci = self.cursor_index(cursor)?;
         let res = self.res.bind(py).clone();
         self.settle(); // logs are relative to the heads' places
@@ -2407,47 +2482,55 @@ impl StreamCore {
         Ok(())
     }
 
-    fn cursor_pos(&self, cursor: i64) -> PyResult<u64> {
+    fn cursor_pos(&mut self, py: Python<'_>, cursor: i64) -> PyResult<u64> {
+        self.catch_up(py)?;
         Ok(self.cursors[self.cursor_index(cursor)?].pos)
     }
 
-    fn floor(&self, py: Python<'_>) -> PyResult<u64> {
+    fn floor(&mut self, py: Python<'_>) -> PyResult<u64> {
+        self.catch_up(py)?;
         self.floor_pos(py)
     }
 
     /// Live group keys over all group nodes (for tests and explain).
-    fn key_count(&self) -> usize {
-        self.core.tables.iter().map(|t| t.len()).sum()
+    fn key_count(&mut self, py: Python<'_>) -> PyResult<usize> {
+        self.catch_up(py)?;
+        Ok(self.core.tables.iter().map(|t| t.len()).sum())
     }
 
     /// States whose power sums overflowed i128 and are held in arbitrary precision (a debug
     /// counter for tests).
-    fn big_sums(&self) -> usize {
-        self.core.spaces.iter().map(|s| s.big_sums()).sum()
+    fn big_sums(&mut self, py: Python<'_>) -> PyResult<usize> {
+        self.catch_up(py)?;
+        Ok(self.core.spaces.iter().map(|s| s.big_sums()).sum())
     }
 
     /// Per key space, (live key ids, ids ever made): a debug counter for tests (an id is
     /// freed with the last entry holding it, and reused).
-    fn key_ids(&self) -> Vec<(usize, usize)> {
-        self.core.spaces.iter().map(|s| (s.ids(), s.made())).collect()
+    fn key_ids(&mut self, py: Python<'_>) -> PyResult<Vec<(usize, usize)>> {
+        self.catch_up(py)?;
+        Ok(self.core.spaces.iter().map(|s| (s.ids(), s.made())).collect())
     }
 
     /// Per key space, the live keys whose fingerprint another live key held when they came
     /// (keyed.rs `KeySpace::clashes`): a debug counter for tests.
-    fn key_clashes(&self) -> Vec<usize> {
-        self.core.spaces.iter().map(|s| s.clashes()).collect()
+    fn key_clashes(&mut self, py: Python<'_>) -> PyResult<Vec<usize>> {
+        self.catch_up(py)?;
+        Ok(self.core.spaces.iter().map(|s| s.clashes()).collect())
     }
 
     /// Per key space, (times it grew, ids it has room for, ids whose records are made) of its
     /// record slab: a debug counter for tests (the slab grows without copying its records,
     /// which are made as the ids come, slab.rs).
-    fn slab_shape(&self) -> Vec<(usize, usize, usize)> {
-        self.core.spaces.iter().map(|s| s.slab_shape()).collect()
+    fn slab_shape(&mut self, py: Python<'_>) -> PyResult<Vec<(usize, usize, usize)>> {
+        self.catch_up(py)?;
+        Ok(self.core.spaces.iter().map(|s| s.slab_shape()).collect())
     }
 
     /// Metric `name`'s value for the group key `key` (one value per group field) at `ts`,
     /// as if an event came at `ts` without being part of any window. Changes nothing.
     fn query(&mut self, py: Python<'_>, name: &str, key: Vec<Bound<'_, PyAny>>, ts: i64) -> PyResult<PyObject> {
+        self.catch_up(py)?;
         let (oi, slot, func) = self.outputs.iter().enumerate()
             .find_map(|(i, o)| o.metrics.iter().find(|m| m.0.bind(py).to_str().ok() == Some(name))
                 .map(|m| (i, m.1, m.2)))
@@ -2519,6 +2602,7 @@ impl StreamCore {
     /// the logical state holds, for hashing).
     #[pyo3(signature = (digest=false))]
     fn dump<'py>(&mut self, py: Python<'py>, digest: bool) -> PyResult<Bound<'py, PyBytes>> {
+        self.catch_up(py)?;
         // Raw keys turn eager (lazy.rs): the tables then hold every state, as written before.
         self.settle();
         // The digest hashes calendar windows as of the last event (rolled copies), so it
@@ -2551,6 +2635,7 @@ impl StreamCore {
     /// the events' positions in the whole stream, ready to `dump` and merge. The core's own
     /// cursors and reservoir keep the old numbering: only `dump` is meaningful afterwards.
     fn renumber(&mut self, py: Python<'_>, positions: Vec<u64>) -> PyResult<()> {
+        self.catch_up(py)?;
         self.settle(); // logged positions are not renumbered: states are
         let spaces = self.core.spaces.iter_mut().map(|s| s.renumber(&positions));
         for r in self.core.tables.iter_mut().map(|t| t.renumber(&positions)).chain(spaces) {
@@ -2567,6 +2652,7 @@ impl StreamCore {
     /// over disjoint key partitions; see `renumber`).
     #[pyo3(signature = (data, disjoint=false))]
     fn load(&mut self, py: Python<'_>, data: &[u8], disjoint: bool) -> PyResult<()> {
+        self.catch_up(py)?;
         let mut inp = In { buf: data, at: 0 };
         if inp.done() {
             return Ok(());
@@ -2599,7 +2685,8 @@ impl StreamCore {
     /// Per key space with lazy tables (lazy.rs): (keys with a log, events logged, keys
     /// turned eager because their log was full, eager keys held by a lazy table). A debug
     /// counter for tests.
-    fn lazy_counts(&self) -> Vec<(usize, usize, u64, usize)> {
+    fn lazy_counts(&mut self, py: Python<'_>) -> PyResult<Vec<(usize, usize, u64, usize)>> {
+        self.catch_up(py)?;
         let mut out = vec![];
         for (s, ls) in self.core.logs.iter().enumerate() {
             let Some(ls) = ls else { continue };
@@ -2612,6 +2699,6 @@ impl StreamCore {
                 .count();
             out.push((logged.len(), events, ls.turned, eager));
         }
-        out
+        Ok(out)
     }
 }
