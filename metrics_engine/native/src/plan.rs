@@ -114,6 +114,35 @@ enum Low {
     O(PyObject),
 }
 
+/// Rows whose Arrow values `ingest_typed` keeps row by row before writing them column by
+/// column: with W1's 240 columns, a value written per column per row touched lines of each
+/// column (its values, validity, length) at every row, more lines than the L1 cache holds;
+/// in blocks a column's lines are touched once a block (32 rows: four lines of values).
+const OUT_BLOCK: usize = 32;
+
+/// Write `pend` (whole rows of every column's value, row by row, as places in `vals`: the
+/// windows that reuse a value share it) into the Arrow columns, in row order per column, and
+/// empty both.
+fn flush_low(py: Python<'_>, out_cols: &mut [OutCol], pend: &mut Vec<u32>, vals: &mut Vec<Low>,
+             strings: &Interner) {
+    let w = out_cols.len();
+    if w > 0 {
+        let rows = pend.len() / w;
+        for (c, col) in out_cols.iter_mut().enumerate() {
+            let OutCol::Arrow(col) = col else { continue };
+            for r in 0..rows {
+                match &vals[pend[r * w + c] as usize] {
+                    Low::T(x) => col.push_typed(*x),
+                    Low::V(v) => col.push_val(py, *v, strings),
+                    Low::O(v) => col.push_obj(v.clone_ref(py), py),
+                }
+            }
+        }
+    }
+    pend.clear();
+    vals.clear();
+}
+
 #[derive(Default, Clone)]
 struct Row {
     vals: Vec<Val>,
@@ -1210,8 +1239,11 @@ impl StreamCore {
         };
         let mut start = 0;
         let mut run = || -> PyResult<()> {
-            // The last output's values as lowered for columns (see `Output::same_as_prev`).
-            let mut low: Vec<Low> = vec![];
+            // The last output's values for Arrow columns (see `Output::same_as_prev`): their
+            // places in `vals_low`, the values the rows kept in `pend` have (`flush_low`).
+            let mut low: Vec<u32> = vec![];
+            let mut pend: Vec<u32> = Vec::with_capacity(OUT_BLOCK * out_cols.len());
+            let mut vals_low: Vec<Low> = vec![];
             // Key ids found ahead (`find_ahead`): row i's in slot i % (AHEAD + 1).
             let kw = self.core.spaces.len();
             let mut ahead: Vec<KeyRef> = vec![NO_KEY; (AHEAD + 1) * kw];
@@ -1272,12 +1304,8 @@ impl StreamCore {
                                 if let OutCol::Obj(col) = &mut out_cols[c + j] {
                                     col.push(v);
                                 }
-                            } else if let OutCol::Arrow(col) = &mut out_cols[c + j] {
-                                match &low[j] {
-                                    Low::T(x) => col.push_typed(*x),
-                                    Low::V(v) => col.push_val(py, *v, &self.strings),
-                                    Low::O(v) => col.push_obj(v.clone_ref(py), py),
-                                }
+                            } else {
+                                pend.push(low[j]);
                             }
                         }
                         c += m;
@@ -1288,7 +1316,7 @@ impl StreamCore {
                         let st = slot_state(states, *slot);
                         match &mut out_cols[c] {
                             OutCol::Obj(v) => v.push(finalize(py, *func, st, t, &self.strings)),
-                            OutCol::Arrow(col) => {
+                            OutCol::Arrow(_) => {
                                 let l = match lower_typed(*func, st, t) {
                                     Some(x) => Low::T(x),
                                     None => match lower_scalar(*func, st) {
@@ -1296,18 +1324,19 @@ impl StreamCore {
                                         None => Low::O(finalize(py, *func, st, t, &self.strings)),
                                     },
                                 };
-                                match &l {
-                                    Low::T(x) => col.push_typed(*x),
-                                    Low::V(v) => col.push_val(py, *v, &self.strings),
-                                    Low::O(v) => col.push_obj(v.clone_ref(py), py),
-                                }
-                                low.push(l);
+                                low.push(vals_low.len() as u32);
+                                pend.push(vals_low.len() as u32);
+                                vals_low.push(l);
                             }
                         }
                         c += 1;
                     }
                 }
+                if pend.len() >= OUT_BLOCK * out_cols.len() {
+                    flush_low(py, &mut out_cols, &mut pend, &mut vals_low, &self.strings);
+                }
             }
+            flush_low(py, &mut out_cols, &mut pend, &mut vals_low, &self.strings);
             Ok(())
         };
         let r = run();
