@@ -53,9 +53,10 @@ class Settings(BaseSettings):
     http_keep_alive_s: int = Field(default=5, ge=1, le=3600)
     hot_path: bool = True
     # How long a Python thread holding the GIL runs before a waiting one may take it
-    # (``runner.gcpolicy``); CPython's 5 ms let the DuckDB flusher or a checkpoint's writer
-    # hold an order's thread up that long at each hand-over.
-    gil_switch_ms: float = Field(default=0.5, gt=0, le=100)
+    # (``runner.gcpolicy``). CPython's 5 ms: 0.5 ms cost apply ~10-25 us more CPU per order
+    # (bench/apply_cost.py --serving-gc, the flusher and apply contending) and did not lower
+    # the full P1 run's tail (docs/latency.md).
+    gil_switch_ms: float = Field(default=5.0, gt=0, le=100)
     # Under uvicorn, orders are served below ASGI (``runner.api.transport``): no task, no
     # receive/send per order. Off only to measure the gain.
     lean_orders: bool = True
