@@ -219,13 +219,20 @@ def run_engine_alone(datas: list[dict]) -> float:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def feed_parser(description: str) -> argparse.ArgumentParser:
+    """The options of a benchmark over ``build_feed``'s orders: --quick, --orders, --repeats,
+    --seed (``bench/follower_loop.py`` shares them)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--orders", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--profile", action="store_true", help="print a cProfile of one repeat")
     ap.add_argument("--seed", type=int, default=7)
+    return ap
+
+
+def main() -> None:
+    ap = feed_parser(__doc__.splitlines()[0])
+    ap.add_argument("--profile", action="store_true", help="print a cProfile of one repeat")
     ap.add_argument("--serving-gc", action="store_true",
                     help="the collector's thresholds and freeze of a serving node")
     ap.add_argument("--app", action="store_true",

@@ -16,7 +16,6 @@ poll, and apply on caches other processes used while the loop slept.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shutil
 import sys
@@ -27,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.apply_cost import build_feed  # noqa: E402
+from bench.apply_cost import build_feed, feed_parser  # noqa: E402
 from bench.harness import Report, spread  # noqa: E402
 from replog.entry import Entry  # noqa: E402
 from replog.node import Node  # noqa: E402
@@ -146,12 +145,7 @@ def run(records: list[tuple[int, bytes]], measured_from: int, orders: int, per_w
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--orders", type=int, default=None)
-    ap.add_argument("--repeats", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=7)
-    args = ap.parse_args()
+    args = feed_parser(__doc__.splitlines()[0]).parse_args()
     gcpolicy.for_serving()
     orders = args.orders or (3_000 if args.quick else 10_000)
     repeats = args.repeats or (1 if args.quick else 3)
