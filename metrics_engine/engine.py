@@ -35,19 +35,27 @@ from metrics_engine.plan import Plan
 from metrics_engine.reservoir import CHUNK_BYTES_TARGET, SEGMENT_BYTES_MAX, StreamReservoir, Writer
 
 # 2: aggregation state in native files; 3: calendar windows hold bucket rings; 4: NaN and
-# infinities kept as null in the reservoir, group tables sharing interned keys per group-by.
-FORMAT_VERSION = 4
+# infinities kept as null in the reservoir, group tables sharing interned keys per group-by;
+# 5: a reservoir chunk may be an ``RFC2`` columnar frame (reservoir.py), not only ``RFC1``
+# JSON. An engine of format 4 took a frame for a torn write and truncated the segment there:
+# it now refuses a directory or snapshot of format 5 instead. This engine writes
+# ``FORMAT_VERSION`` from the moment it opens a directory (a frame may follow at any batch)
+# and reads every format in ``FORMATS_READ`` (a format-4 directory holds JSON chunks only,
+# and its state files are those of format 5).
+FORMAT_VERSION = 5
+FORMATS_READ = (4, 5)
 CACHE_ENTRIES_MAX = 500_000  # kept for callers; the native core does not spill yet
 STREAM_NAME_CHARS_MAX = 100
 
 
 def _check_format(meta: dict, path: Path) -> None:
-    """Refuse engine files of another format: read as this one, their state would be wrong."""
-    if meta.get("version") != FORMAT_VERSION:
+    """Refuse engine files of a format this engine does not read (a newer one's chunks or
+    state, read as this one's, would be wrong or look torn and be truncated)."""
+    if meta.get("version") not in FORMATS_READ:
         raise InvariantViolation(
-            f"{path} is engine format {meta.get('version')!r}, this engine reads format "
-            f"{FORMAT_VERSION} only: define the metrics again in an empty directory and "
-            f"replay the events")
+            f"{path} is engine format {meta.get('version')!r}, this engine reads formats "
+            f"{', '.join(map(str, FORMATS_READ))} only: use the engine that wrote it, or "
+            f"define the metrics again in an empty directory and replay the events")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from metrics_engine.engine import FORMAT_VERSION, Engine
+from metrics_engine.engine import FORMATS_READ, Engine
 from metrics_engine.errors import InvariantViolation
 
 from .streams import METRICS, events
@@ -186,9 +186,9 @@ def test_an_older_format_is_refused_not_read(tmp_path):
     eng.snapshot(tmp_path / "snap")
     eng.close()
     for where in (tmp_path / "e", tmp_path / "snap"):
-        _set_format(where / "engine.json", FORMAT_VERSION - 1)
-    with pytest.raises(InvariantViolation, match=f"format {FORMAT_VERSION - 1}, this engine "
-                                                 f"reads format {FORMAT_VERSION} only"):
+        _set_format(where / "engine.json", min(FORMATS_READ) - 1)
+    with pytest.raises(InvariantViolation, match=f"format {min(FORMATS_READ) - 1}, this engine "
+                                                 f"reads formats 4, 5 only"):
         Engine(tmp_path / "e", fsync=False, **ENGINE_OPTS)
     # A refused snapshot leaves the engine it was to replace as it was.
     other = Engine(tmp_path / "other", fsync=False, **ENGINE_OPTS)
