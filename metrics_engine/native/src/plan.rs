@@ -88,6 +88,10 @@ struct Output {
     /// (W2's calendar views over the same days share them), its values are the previous
     /// output's, taken again instead of lowered anew.
     same_as_prev: bool,
+    /// Its table folds alike with the previous output's (lazy.rs, same slots and functions):
+    /// for a raw key, its values are the previous output's whenever its window leaves out the
+    /// same logged events (`Core::reads_as_before`), which it tells without a read.
+    alike: bool,
 }
 
 /// Which states an output read for an event (`states_id`): equal for two outputs of one
@@ -178,6 +182,9 @@ struct Core {
     folds: Vec<Fold>,
     /// The family whose fold the last `read` made (`window` reads it), if any.
     folded: Option<usize>,
+    /// What the last `read` found of a raw key: (key space, id, first logged event in its
+    /// window); None when it read no raw key (`reads_as_before`).
+    raw_read: Option<(usize, u32, usize)>,
     /// Lazy tables take every key's events as states (a backfill: `fill`, `advance`).
     force_eager: bool,
     /// Per key space, whether the event being inserted is of an eager key there.
@@ -344,6 +351,7 @@ impl Core {
     /// window's head, in `heads`, has not passed). Returns (group, key id), for `Core::window`.
     fn read(&mut self, g: usize, row: &mut Row, t: i64, heads: &[Cursor]) -> Option<(usize, u32)> {
         self.folded = None;
+        self.raw_read = None;
         let (table, view) = self.groups[g];
         let s = self.tables[table].space;
         let id = self.kid(row, s, false)?;
@@ -351,6 +359,7 @@ impl Core {
             if !ls.is_eager(id, self.spaces[s].gen(id)) {
                 let times = ls.times(id);
                 let first = lt.first_in(times, heads[lt.head].pos, t);
+                self.raw_read = Some((s, id, first));
                 if first == times.len() {
                     return None; // nothing of it in the window
                 }
@@ -370,6 +379,19 @@ impl Core {
             tb.readable(id, view);
         }
         Some((g, id))
+    }
+
+    /// Whether group `g`'s table, which folds alike with the table the last `read` read a raw
+    /// key of (`Output::alike`), would read that very fold (or, like it, nothing) at time
+    /// `t`: its window leaves out the same logged events of the key. W1's 120 windows of a
+    /// key that logged a few events fall into a few such runs; within a run an output costs
+    /// one look at the key's log instead of a read (key id, eagerness, fold, states).
+    #[inline]
+    fn reads_as_before(&self, g: usize, t: i64, heads: &[Cursor]) -> bool {
+        let Some((s, id, first)) = self.raw_read else { return false };
+        let Some(lt) = &self.lazy[self.groups[g].0] else { return false };
+        let Some(ls) = self.logs[s].as_ref().filter(|_| lt.space == s) else { return false };
+        lt.first_in(ls.times(id), heads[lt.head].pos, t) == first
     }
 
     fn evict(&mut self, w: usize, row: &mut Row, ts: i64, pos: u64) -> Result<(), String> {
@@ -1289,12 +1311,19 @@ impl StreamCore {
                 let mut c = 0;
                 let mut last: StatesId = (0, 0, 0);
                 for o in &self.outputs {
-                    let entry = self.core.read(o.table, &mut self.cur, t, &self.cursors);
-                    let (states, tag) = self.core.states(entry);
-                    let here = states_id(states, tag);
-                    let again = o.same_as_prev && here == last;
-                    last = here;
                     let m = o.metrics.len();
+                    // As in `ingest`: the previous output's states, without a read.
+                    let again = o.alike && self.core.reads_as_before(o.table, t, &self.cursors);
+                    let (states, again) = if again {
+                        (None, true)
+                    } else {
+                        let entry = self.core.read(o.table, &mut self.cur, t, &self.cursors);
+                        let (states, tag) = self.core.states(entry);
+                        let here = states_id(states, tag);
+                        let again = o.same_as_prev && here == last;
+                        last = here;
+                        (states, again)
+                    };
                     if again {
                         self.reused += 1;
                         // The previous output's values, pushed again (its columns are m back).
@@ -1912,7 +1941,7 @@ impl StreamCore {
                          space_fields: vec![],
                          space_names: vec![],
                          key: vec![], lazy: vec![], logs: vec![], lazy_window: vec![],
-                         folds: vec![], folded: None, force_eager: false, eager_now: vec![],
+                         folds: vec![], folded: None, raw_read: None, force_eager: false, eager_now: vec![],
                          sweep_ids: vec![], steps: 0 },
             gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
@@ -2111,7 +2140,8 @@ impl StreamCore {
                 group_refs[p.table].0 == ti && p.metrics.len() == metrics.len()
                     && p.metrics.iter().zip(&metrics).all(|(a, b)| a.1 == b.1 && a.2 == b.2)
             });
-            outs.push(Output { table: g, key_fields, window, pred, metrics, same_as_prev });
+            outs.push(Output { table: g, key_fields, window, pred, metrics, same_as_prev,
+                               alike: false });
         }
         // Tables that left the plan give their keys back to the spaces that stay.
         for mut t in old_tables.into_iter().flatten() {
@@ -2164,6 +2194,7 @@ impl StreamCore {
         }).collect();
         for (o, a) in self.outputs.iter_mut().zip(alike) {
             o.same_as_prev |= a;
+            o.alike = a;
         }
         for c in self.cursors.iter_mut() {
             c.lazy = c.inserts.is_empty() && !c.evicts.is_empty()
@@ -2189,6 +2220,16 @@ impl StreamCore {
         let mut vals: Vec<Bound<'py, PyAny>> = vec![];
         let mut last: StatesId = (0, 0, 0);
         for o in &self.outputs {
+            if o.alike && self.core.reads_as_before(o.table, ts, &self.cursors) {
+                // The previous output's states, so its values (`last` stays theirs).
+                self.reused += 1;
+                for ((name, _, _), v) in o.metrics.iter().zip(&vals) {
+                    if !distinct || !v.is_none() {
+                        out.set_item(name.bind(py), v)?;
+                    }
+                }
+                continue;
+            }
             let entry = self.core.read(o.table, &mut self.cur, ts, &self.cursors);
             let (states, tag) = self.core.states(entry);
             let here = states_id(states, tag);
