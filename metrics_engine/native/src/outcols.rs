@@ -48,6 +48,38 @@ pub struct ArrowCol {
     pub misfit: Option<usize>,
 }
 
+/// One row's value of a column as a batch keeps it for a few rows before writing them
+/// column by column (plan.rs): null, a value the column holds as it is (`CELL_NATIVE`: an
+/// f64's bits in a float64 column, an i64 in an int64 one), or (`CELL_VAL`, `CELL_OBJ`)
+/// one that `push_val` / `push_obj` must take, `bits` its place in the batch's side list.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Cell {
+    pub tag: u8,
+    pub bits: u64,
+}
+
+pub const CELL_NULL: u8 = 0;
+pub const CELL_NATIVE: u8 = 1;
+pub const CELL_VAL: u8 = 2;
+pub const CELL_OBJ: u8 = 3;
+
+impl Cell {
+    pub const NULL: Cell = Cell { tag: CELL_NULL, bits: 0 };
+
+    pub fn native(bits: u64) -> Cell {
+        Cell { tag: CELL_NATIVE, bits }
+    }
+
+    /// A value `lower_typed` made (always fits its column: null or native).
+    pub fn typed(v: Typed) -> Cell {
+        match v {
+            Typed::F(Some(x)) => Cell::native(x.to_bits()),
+            Typed::I(Some(x)) => Cell::native(x as u64),
+            Typed::F(None) | Typed::I(None) => Cell::NULL,
+        }
+    }
+}
+
 /// One metric's values of a batch: Python objects (no columns asked for), or a column.
 pub enum OutCol {
     Obj(Vec<PyObject>),
@@ -146,6 +178,62 @@ impl ArrowCol {
         }
         self.set_valid();
         self.n += 1;
+    }
+
+    /// `v` as a cell (see `Cell`) when the column holds it as it is, with nothing to keep
+    /// for the list: null, a float in a float64 column, an int within 64 bits in an int64
+    /// one (what `push_val` pushes unconverted). None: `push_val` must take it.
+    pub fn val_cell(&self, v: &Val) -> Option<Cell> {
+        match (&self.buf, v) {
+            (_, Val::Null) => Some(Cell::NULL),
+            (Buf::F(_), Val::Float(x)) => Some(Cell::native(x.to_bits())),
+            (Buf::I(_), Val::Int(i)) => i64::try_from(*i).ok().map(|x| Cell::native(x as u64)),
+            _ => None,
+        }
+    }
+
+    /// One null or native cell (`Cell`): what `push_typed` or `push_val` would push.
+    pub fn push_cell(&mut self, c: Cell) {
+        if c.tag == CELL_NULL {
+            return self.push_null();
+        }
+        match &mut self.buf {
+            Buf::F(d) => d.push(f64::from_bits(c.bits)),
+            Buf::I(d) => d.push(c.bits as i64),
+            _ => unreachable!("a native cell is of a float64 or int64 column"),
+        }
+        self.set_valid();
+        self.n += 1;
+    }
+
+    /// A block of rows' null and native cells (`tags`, `bits`: one each per row), as
+    /// `push_cell` one by one would push them, without a branch on the column's type per row.
+    pub fn push_cells(&mut self, tags: &[u8], bits: &[u64]) {
+        let n0 = self.n;
+        match &mut self.buf {
+            Buf::F(d) => d.extend(tags.iter().zip(bits).map(|(&t, &b)| {
+                if t == CELL_NATIVE { f64::from_bits(b) } else { 0.0 }
+            })),
+            Buf::I(d) => d.extend(tags.iter().zip(bits).map(|(&t, &b)| {
+                if t == CELL_NATIVE { b as i64 } else { 0 }
+            })),
+            _ => {
+                for &t in tags {
+                    debug_assert_eq!(t, CELL_NULL, "a native cell is of a float64 or int64 column");
+                    self.push_null();
+                }
+                return;
+            }
+        }
+        for (r, &t) in tags.iter().enumerate() {
+            let row = n0 + r;
+            if t == CELL_NATIVE {
+                self.valid[row / 8] |= 1 << (row % 8);
+            } else {
+                self.nulls += 1;
+            }
+        }
+        self.n += tags.len();
     }
 
     /// A row the column cannot hold: null here, its value kept for the list.

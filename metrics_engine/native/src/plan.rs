@@ -31,7 +31,7 @@ use crate::lazy::{Fold, LazySpace, LazyTable, LAZY_MIN_TABLES, LOG_MAX};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
 use crate::counters::Counters;
-use crate::outcols::OutCol;
+use crate::outcols::{Cell, OutCol, CELL_NATIVE, CELL_OBJ, CELL_VAL};
 use crate::predicate::{truthy, Node, PVal};
 use crate::window::{Chunks, Cursor, Spec};
 
@@ -110,41 +110,51 @@ fn slot_state(states: Option<&[Option<State>]>, slot: usize) -> Option<&State> {
     states.and_then(|s| s.get(slot)).and_then(|s| s.as_ref())
 }
 
-/// One metric's value as a batch's column takes it, kept for an output that reads the same
-/// states (`Output::same_as_prev`).
+/// A value of a batch's Arrow column that is neither null nor held as it is (a `Cell` of
+/// `CELL_VAL` or `CELL_OBJ` points here): a scalar for `push_val` (a value converted or not
+/// fitting), an object only `finalize` makes (a sum in arbitrary precision).
 enum Low {
-    T(Typed),
     V(Val),
     O(PyObject),
 }
 
-/// Rows whose Arrow values `ingest_typed` keeps row by row before writing them column by
-/// column: with W1's 240 columns, a value written per column per row touched lines of each
-/// column (its values, validity, length) at every row, more lines than the L1 cache holds;
-/// in blocks a column's lines are touched once a block (32 rows: four lines of values).
+/// Rows whose Arrow values `ingest_typed` keeps row by row (as `Cell`s, 9 bytes a value)
+/// before writing them column by column: with W1's 240 columns, a value written per column
+/// per row touched lines of each column (its values, validity, length) at every row, more
+/// lines than the L1 cache holds; in blocks a column's lines are touched once a block, and
+/// the block's values are written with no branch on the column's type per value.
 const OUT_BLOCK: usize = 32;
 
-/// Write `pend` (whole rows of every column's value, row by row, as places in `vals`: the
-/// windows that reuse a value share it) into the Arrow columns, in row order per column, and
-/// empty both.
-fn flush_low(py: Python<'_>, out_cols: &mut [OutCol], pend: &mut Vec<u32>, vals: &mut Vec<Low>,
-             strings: &Interner) {
+/// Write the block's `rows` rows (row-major `tags` and `bits`, one per column each: see
+/// `Cell`; the values only `push_val`/`push_obj` take are in `slow`) into the Arrow columns,
+/// in row order per column, and empty `slow`.
+fn flush_cells(py: Python<'_>, out_cols: &mut [OutCol], tags: &[u8], bits: &[u64], rows: usize,
+               slow: &mut Vec<Low>, strings: &Interner) {
     let w = out_cols.len();
-    if w > 0 {
-        let rows = pend.len() / w;
-        for (c, col) in out_cols.iter_mut().enumerate() {
-            let OutCol::Arrow(col) = col else { continue };
-            for r in 0..rows {
-                match &vals[pend[r * w + c] as usize] {
-                    Low::T(x) => col.push_typed(*x),
+    let (mut t, mut b) = ([0u8; OUT_BLOCK], [0u64; OUT_BLOCK]);
+    for (c, col) in out_cols.iter_mut().enumerate() {
+        let OutCol::Arrow(col) = col else { continue };
+        let mut plain = true;
+        for r in 0..rows {
+            t[r] = tags[r * w + c];
+            b[r] = bits[r * w + c];
+            plain &= t[r] <= CELL_NATIVE;
+        }
+        if plain {
+            col.push_cells(&t[..rows], &b[..rows]);
+            continue;
+        }
+        for r in 0..rows {
+            match t[r] {
+                CELL_VAL | CELL_OBJ => match &slow[b[r] as usize] {
                     Low::V(v) => col.push_val(py, *v, strings),
                     Low::O(v) => col.push_obj(v.clone_ref(py), py),
-                }
+                },
+                tag => col.push_cell(Cell { tag, bits: b[r] }),
             }
         }
     }
-    pend.clear();
-    vals.clear();
+    slow.clear();
 }
 
 #[derive(Default, Clone)]
@@ -1261,11 +1271,12 @@ impl StreamCore {
         };
         let mut start = 0;
         let mut run = || -> PyResult<()> {
-            // The last output's values for Arrow columns (see `Output::same_as_prev`): their
-            // places in `vals_low`, the values the rows kept in `pend` have (`flush_low`).
-            let mut low: Vec<u32> = vec![];
-            let mut pend: Vec<u32> = Vec::with_capacity(OUT_BLOCK * out_cols.len());
-            let mut vals_low: Vec<Low> = vec![];
+            // The block's Arrow values, row by row (`Cell`s, `flush_cells`); `slow`: the values
+            // a cell points to.
+            let w = out_cols.len();
+            let (mut tags, mut bits) = (vec![0u8; OUT_BLOCK * w], vec![0u64; OUT_BLOCK * w]);
+            let mut slow: Vec<Low> = vec![];
+            let mut r = 0; // the row's place in the block
             // Key ids found ahead (`find_ahead`): row i's in slot i % (AHEAD + 1).
             let kw = self.core.spaces.len();
             let mut ahead: Vec<KeyRef> = vec![NO_KEY; (AHEAD + 1) * kw];
@@ -1324,6 +1335,7 @@ impl StreamCore {
                         last = here;
                         (states, again)
                     };
+                    let row = r * w;
                     if again {
                         self.reused += 1;
                         // The previous output's values, pushed again (its columns are m back).
@@ -1333,39 +1345,45 @@ impl StreamCore {
                                 if let OutCol::Obj(col) = &mut out_cols[c + j] {
                                     col.push(v);
                                 }
-                            } else {
-                                pend.push(low[j]);
                             }
                         }
+                        tags.copy_within(row + c - m..row + c, row + c);
+                        bits.copy_within(row + c - m..row + c, row + c);
                         c += m;
                         continue;
                     }
-                    low.clear();
                     for (_, slot, func) in &o.metrics {
                         let st = slot_state(states, *slot);
                         match &mut out_cols[c] {
                             OutCol::Obj(v) => v.push(finalize(py, *func, st, t, &self.strings)),
-                            OutCol::Arrow(_) => {
-                                let l = match lower_typed(*func, st, t) {
-                                    Some(x) => Low::T(x),
+                            OutCol::Arrow(col) => {
+                                let cell = match lower_typed(*func, st, t) {
+                                    Some(x) => Cell::typed(x),
                                     None => match lower_scalar(*func, st) {
-                                        Some(v) => Low::V(v),
-                                        None => Low::O(finalize(py, *func, st, t, &self.strings)),
+                                        Some(v) => col.val_cell(&v).unwrap_or_else(|| {
+                                            slow.push(Low::V(v));
+                                            Cell { tag: CELL_VAL, bits: slow.len() as u64 - 1 }
+                                        }),
+                                        None => {
+                                            slow.push(Low::O(finalize(py, *func, st, t, &self.strings)));
+                                            Cell { tag: CELL_OBJ, bits: slow.len() as u64 - 1 }
+                                        }
                                     },
                                 };
-                                low.push(vals_low.len() as u32);
-                                pend.push(vals_low.len() as u32);
-                                vals_low.push(l);
+                                tags[row + c] = cell.tag;
+                                bits[row + c] = cell.bits;
                             }
                         }
                         c += 1;
                     }
                 }
-                if pend.len() >= OUT_BLOCK * out_cols.len() {
-                    flush_low(py, &mut out_cols, &mut pend, &mut vals_low, &self.strings);
+                r += 1;
+                if r == OUT_BLOCK {
+                    flush_cells(py, &mut out_cols, &tags, &bits, r, &mut slow, &self.strings);
+                    r = 0;
                 }
             }
-            flush_low(py, &mut out_cols, &mut pend, &mut vals_low, &self.strings);
+            flush_cells(py, &mut out_cols, &tags, &bits, r, &mut slow, &self.strings);
             Ok(())
         };
         let r = run();
