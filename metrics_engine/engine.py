@@ -46,6 +46,7 @@ FORMAT_VERSION = 5
 FORMATS_READ = (4, 5)
 CACHE_ENTRIES_MAX = 500_000  # kept for callers; the native core does not spill yet
 STREAM_NAME_CHARS_MAX = 100
+CAPTURES_DIR = ".captures"  # in data_dir: a capture's segment links until it is written
 
 
 def _check_format(meta: dict, path: Path) -> None:
@@ -69,6 +70,12 @@ def _stream_dir(stream: str) -> str:
     if re.fullmatch(r"[A-Za-z0-9_\-]+", stream) and len(stream) <= STREAM_NAME_CHARS_MAX:
         return stream
     return "x" + stream.encode().hex()[:2 * STREAM_NAME_CHARS_MAX]
+
+
+def _open_json(open_chunk: dict) -> bytes:
+    """``open.json``: the open chunk's first position and its events' JSON array as text."""
+    return orjson.dumps({"first_pos": open_chunk["first_pos"],
+                         "events": open_chunk["events"].decode()})
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -124,6 +131,9 @@ class Engine:
         clean = meta is None or meta.get("clean", False)
         if not clean:
             shutil.rmtree(self.data_dir / "state", ignore_errors=True)
+        # Segment links of captures never written (a crash between capture and write).
+        shutil.rmtree(self.data_dir / CAPTURES_DIR, ignore_errors=True)
+        self._captures = 0
         self._writer = Writer(fsync=self._fsync)
         self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch")
         streams_meta = (meta or {}).get("streams", {})
@@ -169,21 +179,25 @@ class Engine:
             else:
                 plan.replay(stream, sp.res.first_pos(), sp.res.next_pos)
 
-    def _save_meta(self, *, clean: bool, dest: Path | None = None) -> None:
+    def _meta_bytes(self, *, clean: bool, durable: Mapping[str, int] | None = None) -> bytes:
+        """``engine.json``; ``durable``: each stream's ``durable_pos`` to write instead of the
+        reservoir's own (a capture's, as the writer will have it once its queue landed)."""
         metrics = [{"name": m.d.name, "text": m.d.text, "window_start": m.window.start_pos}
                    for m in self._plan.metrics.values()]
         streams = {}
         for name, sp in self._plan.streams.items():
             streams[name] = {
                 "dir": _stream_dir(name),
-                "durable_pos": sp.res.durable_pos,
+                "durable_pos": sp.res.durable_pos if durable is None else durable[name],
                 "next_pos": sp.res.next_pos,
                 "cursors": [[orjson.dumps(list(c.spec)).decode(), c.pos]
                             for c in sp.cursors.values()],
             }
-        data = orjson.dumps({"version": FORMAT_VERSION, "clean": clean, "metrics": metrics,
+        return orjson.dumps({"version": FORMAT_VERSION, "clean": clean, "metrics": metrics,
                              "streams": streams}, option=orjson.OPT_INDENT_2)
-        _write_atomic((dest or self.data_dir) / "engine.json", data)
+
+    def _save_meta(self, *, clean: bool, dest: Path | None = None) -> None:
+        _write_atomic((dest or self.data_dir) / "engine.json", self._meta_bytes(clean=clean))
 
     def _write_states(self, dest: Path) -> None:
         sdir = dest / "state"
@@ -193,11 +207,9 @@ class Engine:
 
     def _write_open_chunks(self, dest: Path) -> None:
         for name, sp in self._plan.streams.items():
-            oc = sp.res.open_chunk_state()
             sdir = dest / "reservoir" / _stream_dir(name)
             sdir.mkdir(parents=True, exist_ok=True)
-            _write_atomic(sdir / "open.json", orjson.dumps(
-                {"first_pos": oc["first_pos"], "events": oc["events"].decode()}))
+            _write_atomic(sdir / "open.json", _open_json(sp.res.open_chunk_state()))
 
     def close(self) -> None:
         """Write everything down and stop; a later ``Engine(data_dir)`` resumes exactly."""
@@ -210,8 +222,9 @@ class Engine:
         self._shutdown()
 
     def _shutdown(self) -> None:
-        self._writer.stop()
+        self._writer.stop()  # makes the links of every capture queued before
         self._prefetcher.shutdown(wait=True)
+        shutil.rmtree(self.data_dir / CAPTURES_DIR, ignore_errors=True)
         self._closed = True
 
     def __enter__(self) -> Engine:
@@ -324,8 +337,44 @@ class Engine:
         self._writer.barrier()
 
     # -- snapshots -----------------------------------------------------------------------
+    def capture(self) -> Capture:
+        """Take a snapshot's consistent part now, in memory only, and return it; its
+        ``write(directory)`` (any thread, later) does the files. The caller's thread (the
+        ingesting one) does no file operation: the segments are hard-linked by the writer
+        thread when it reaches this point of its queue (after the chunks closed before,
+        before any trim or chunk queued after), so ingest, chunk closes and trims may go on
+        meanwhile. What a written capture holds is what ``snapshot`` writes at this point."""
+        self._writer.check()
+        self._captures += 1
+        staging = self.data_dir / CAPTURES_DIR / f"{os.getpid()}-{self._captures}"
+        open_chunks, states, durable, dests = {}, {}, {}, []
+        for name, sp in self._plan.streams.items():
+            res = sp.res
+            sdir = _stream_dir(name)
+            dests.append((res._writer_id(), staging / "reservoir" / sdir))
+            open_chunks[sdir] = _open_json(res.open_chunk_state())
+            states[sdir] = sp.core.dump()
+            # Once the writer placed every chunk closed so far, durable_pos is the end of the
+            # last one retained (a chunk leaves the list only once placed).
+            durable[name] = res.chunks[-1].end_pos if res.chunks else res.durable_pos
+        meta = self._meta_bytes(clean=True, durable=durable)
+        ticket = self._writer.native.link(dests)
+        return Capture(staging, ticket, meta, open_chunks, states)
+
     def snapshot(self, directory: str | Path) -> None:
         """Write the whole engine into ``directory`` (must not exist or be empty)."""
+        dest = Path(directory)
+        if dest.exists() and any(dest.iterdir()):
+            raise ValueError(f"snapshot directory {dest} is not empty")
+        capture = self.capture()
+        try:
+            capture.write(dest)
+        finally:
+            capture.close()
+
+    def snapshot_blocking(self, directory: str | Path) -> None:
+        """``snapshot`` with every step on the caller's thread (the path before ``capture``,
+        kept for the benchmarks and the tests that compare the two)."""
         dest = Path(directory)
         dest.mkdir(parents=True, exist_ok=True)
         if any(dest.iterdir()):
@@ -362,3 +411,57 @@ class Engine:
                 h.update(f"C{spec!r}|{sp.cursors[spec].pos}\n".encode())
             h.update(sp.core.dump(digest=True))
         return h.hexdigest()
+
+
+class Capture:
+    """A snapshot taken by ``Engine.capture``: its bytes in memory, its segments linked by the
+    engine's writer thread. ``write`` it once, then ``close`` it (a capture never written
+    leaves no file once closed, or once the engine closes or reopens)."""
+
+    def __init__(self, staging: Path, ticket: Any, meta: bytes, open_chunks: dict[str, bytes],
+                 states: dict[str, bytes]):
+        self._staging = staging
+        self._ticket = ticket
+        self._meta = meta
+        self._open_chunks = open_chunks
+        self._states = states
+        self._written = False
+
+    def write(self, directory: str | Path) -> None:
+        """Write the snapshot into ``directory`` (must not exist or be empty): the layout of
+        ``Engine.snapshot``. Waits for the writer thread to have linked the segments."""
+        if self._written:
+            raise InvariantViolation("this capture was already written")
+        dest = Path(directory)
+        dest.mkdir(parents=True, exist_ok=True)
+        if any(dest.iterdir()):
+            raise ValueError(f"snapshot directory {dest} is not empty")
+        self._ticket.wait()
+        self._written = True
+        for sdir, data in self._open_chunks.items():
+            linked, target = self._staging / "reservoir" / sdir, dest / "reservoir" / sdir
+            target.parent.mkdir(exist_ok=True)
+            shutil.move(str(linked), str(target))  # a rename on the same file system
+            _write_atomic(target / "open.json", data)
+        (dest / "state").mkdir()
+        for sdir, data in self._states.items():
+            _write_atomic(dest / "state" / f"{sdir}.bin", data)
+        _write_atomic(dest / "engine.json", self._meta)
+        self._release()
+
+    def close(self) -> None:
+        """Drop the segment links of a capture not written (waits for the writer to have
+        made them, so none appears after)."""
+        if self._staging is None:
+            return
+        try:
+            self._ticket.wait()
+        except (OSError, RuntimeError):
+            pass  # the links failed or the writer ended: remove what there is
+        self._release()
+
+    def _release(self) -> None:
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+        self._open_chunks, self._states = {}, {}

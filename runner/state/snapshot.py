@@ -1,10 +1,11 @@
 """Snapshots, restore and the digest of the runner state (DuckDB tables + metrics engine).
 
-``capture`` runs while apply is paused: it has the metrics engine write its snapshot into a
-temporary directory and takes the DuckDB view (a cursor in a transaction: MVCC keeps it while
-apply continues), or a future of it that the row buffer's flusher opens once the rows applied
-before the capture landed (``RowBuffer.when_landed``). On a background thread,
-``SnapshotWriter.write(dir)`` dumps each table to Parquet and moves the engine's files in,
+``capture`` runs while apply is paused: it takes the metrics engine's capture (its state in
+memory; the engine's writer thread links its segments, ``Engine.capture``: no file operation on
+the apply thread) and the DuckDB view (a cursor in a transaction: MVCC keeps it while apply
+continues), or a future of it that the row buffer's flusher opens once the rows applied before
+the capture landed (``RowBuffer.when_landed``). On a background thread,
+``SnapshotWriter.write(dir)`` dumps each table to Parquet and writes the engine's files in,
 ``digest()`` combines the sum of row hashes apply kept at the capture (``runner.state.digest``:
 no table is read) with the engine's digest, and ``close()`` releases the view.
 ``digest(con, engine)`` computes the same digest from the tables (a full scan: tests and tools).
@@ -26,16 +27,21 @@ from runner.errors import InvariantViolation
 from runner.state import digest as state_digest
 from runner.state import schema
 
+# False: the engine's whole snapshot on the apply thread, as before ``Engine.capture`` (the
+# benchmarks' A/B switch, bench/checkpoint_pause.py).
+ENGINE_CAPTURE = True
+
 
 class SnapshotWriter:
     def __init__(self, cursor: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection],
                  engine_dir: Path | None,
                  applied_offset: int, engine_digest: str | None = None,
-                 rows_total: int | None = None) -> None:
+                 rows_total: int | None = None, engine_capture: Any = None) -> None:
         self._cursor: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection] | None = \
             cursor
         self._engine_dir = engine_dir
         self._engine_tmp = engine_dir.parent if engine_dir is not None else None
+        self._engine_capture = engine_capture  # written into ``metrics/`` by ``write``
         self._applied = applied_offset
         self._engine_digest = engine_digest
         self._rows_total = rows_total
@@ -48,15 +54,25 @@ class SnapshotWriter:
             target = str(directory / f"{name}.parquet").replace("'", "''")
             cursor.execute(
                 f"COPY (SELECT * FROM {name} ORDER BY {order}) TO '{target}' (FORMAT parquet)")
-        if self._engine_dir is not None:
-            moved = directory / "metrics"
+        self._write_engine(directory / "metrics")
+        (directory / "state.json").write_text(json.dumps({"applied_offset": self._applied}))
+
+    def _write_engine(self, moved: Path) -> None:
+        if self._engine_capture is not None:
+            self._engine_capture.write(moved)
+            self._engine_capture.close()
+            self._engine_capture = None
+            self._engine_dir = moved
+        elif self._engine_dir is not None:
             shutil.move(str(self._engine_dir), str(moved))
             self._engine_dir = moved
-        (directory / "state.json").write_text(json.dumps({"applied_offset": self._applied}))
 
     def digest(self) -> str:
         """The digest of the captured state; equals ``digest(con, engine)`` at the capture."""
         engine_digest = self._engine_digest
+        if self._engine_capture is not None:  # not written yet: write it aside to read it
+            self._engine_tmp = Path(tempfile.mkdtemp(prefix="railflow-snap-"))
+            self._write_engine(self._engine_tmp / "metrics")
         if self._engine_dir is not None:
             from metrics_engine import Engine  # a throwaway copy: the snapshot stays untouched
 
@@ -84,6 +100,9 @@ class SnapshotWriter:
             if cursor is not None:
                 cursor.execute("COMMIT")
                 cursor.close()
+        if self._engine_capture is not None:
+            self._engine_capture.close()
+            self._engine_capture = None
         if self._engine_tmp is not None:
             shutil.rmtree(self._engine_tmp, ignore_errors=True)
             self._engine_tmp = None
@@ -115,13 +134,16 @@ def capture(view: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection],
     ``open_view``; ``rows_total``: the digest's sum of row hashes at ``applied_offset``, as
     apply kept it (None: the writer's ``digest`` scans the view)."""
     cursor = view if isinstance(view, Future) else open_view(view)
-    engine_dir, engine_digest = None, None
-    if hasattr(engine, "snapshot"):
+    engine_dir, engine_digest, engine_capture = None, None, None
+    if hasattr(engine, "capture") and ENGINE_CAPTURE:
+        engine_capture = engine.capture()
+    elif hasattr(engine, "snapshot"):
         engine_dir = Path(tempfile.mkdtemp(prefix="railflow-snap-")) / "metrics"
-        engine.snapshot(engine_dir)
+        getattr(engine, "snapshot_blocking", engine.snapshot)(engine_dir)
     elif hasattr(engine, "digest"):  # nothing to rebuild it from later: hash it now
         engine_digest = engine.digest()
-    return SnapshotWriter(cursor, engine_dir, applied_offset, engine_digest, rows_total)
+    return SnapshotWriter(cursor, engine_dir, applied_offset, engine_digest, rows_total,
+                          engine_capture)
 
 
 def restore(con: duckdb.DuckDBPyConnection, engine: Any, directory: Path) -> int:

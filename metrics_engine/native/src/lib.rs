@@ -53,6 +53,7 @@ fn railflow_metrics_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<plan::StreamCore>()?;
     m.add_class::<arrow_ffi::Exported>()?;
     m.add_class::<writer::NativeWriter>()?;
+    m.add_class::<writer::LinkTicket>()?;
     m.add_class::<counters::Counters>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Events a cursor feeding no window passes per event (pipeline backfills replay it).

@@ -48,6 +48,9 @@ enum Op {
     Chunk { sid: usize, k: i64, first: u64, count: u32, payload: Vec<u8>, magic: [u8; 4] },
     Trim { sid: usize, floor: u64 },
     Barrier { roll: bool, done: SyncSender<()> },
+    /// A snapshot's segments: made durable, rolled, then hard-linked (copied where links fail)
+    /// into one directory per stream, at this point of the queue (see `NativeWriter.link`).
+    Link { dests: Vec<(usize, PathBuf)>, done: SyncSender<Result<(), String>> },
     Stop,
 }
 
@@ -234,6 +237,34 @@ impl Shared {
         }
     }
 
+    /// Link every segment file of each stream into its destination (created here): the
+    /// segments as they are at this point of the queue, rolled so that none grows after.
+    fn link(&self, dests: &[(usize, PathBuf)]) -> std::io::Result<()> {
+        let streams = self.streams.lock().unwrap();
+        for (sid, dest) in dests {
+            std::fs::create_dir_all(dest)?;
+            let dir = &streams[*sid].dir;
+            let entries = match std::fs::read_dir(dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for entry in entries {
+                let entry = entry?;
+                let name = entry.file_name();
+                let text = name.to_string_lossy();
+                if !(text.starts_with("seg-") && text.ends_with(".rfs")) {
+                    continue;
+                }
+                let target = dest.join(&name);
+                if std::fs::hard_link(entry.path(), &target).is_err() {
+                    std::fs::copy(entry.path(), &target)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn roll(&self) {
         for s in self.streams.lock().unwrap().iter_mut() {
             s.file = None;
@@ -315,6 +346,16 @@ impl Shared {
                             self.roll();
                         }
                         let _ = done.send(());
+                    }
+                    Op::Link { dests, done } => {
+                        self.sync(&mut group, fsync);
+                        self.roll();
+                        let failed = self.error.lock().unwrap().clone();
+                        let result = match failed {
+                            Some(e) => Err(e),
+                            None => self.link(&dests).map_err(|e| e.to_string()),
+                        };
+                        let _ = done.send(result);
                     }
                     Op::Stop => {
                         self.sync(&mut group, fsync);
@@ -459,6 +500,16 @@ impl NativeWriter {
             .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("the writer thread ended"))
     }
 
+    /// Queue the links of a snapshot's segments: once every item queued before is durable,
+    /// the open segments roll and each stream's segment files are hard-linked into its
+    /// `dests` directory (created then). Returns at once (it never waits for the queue's
+    /// room nor for the thread); `LinkTicket.wait` waits for the links.
+    fn link(&self, py: Python<'_>, dests: Vec<(usize, PathBuf)>) -> PyResult<LinkTicket> {
+        let (done, wait) = sync_channel(1);
+        self.send(py, Op::Link { dests, done }, true)?;
+        Ok(LinkTicket { wait: Mutex::new(Some(wait)), result: Mutex::new(None) })
+    }
+
     /// Where the chunks of stream `sid` written since the last call landed, in order.
     fn take_done(&self, sid: usize) -> Vec<Placed> {
         self.shared.done.lock().unwrap().remove(&sid).unwrap_or_default()
@@ -505,6 +556,38 @@ impl NativeWriter {
                 .map_err(|_| pyo3::exceptions::PyRuntimeError::new_err("the writer panicked"))?;
         }
         Ok(())
+    }
+}
+
+/// The pending links of one snapshot (`NativeWriter.link`).
+#[pyclass(module = "railflow_metrics_native")]
+pub struct LinkTicket {
+    wait: Mutex<Option<std::sync::mpsc::Receiver<Result<(), String>>>>,
+    result: Mutex<Option<Result<(), String>>>,
+}
+
+#[pymethods]
+impl LinkTicket {
+    /// Wait (without the GIL) until the links are made; raises OSError if they failed or the
+    /// writer failed before (its chunks are not all on disk), RuntimeError if it ended.
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        let known = self.result.lock().unwrap().clone();
+        let result = match known {
+            Some(r) => r,
+            None => {
+                // The receiver is taken out first: no lock is held while waiting.
+                let rx = self.wait.lock().unwrap().take();
+                let got = match rx {
+                    Some(rx) => py.allow_threads(move || rx.recv())
+                        .unwrap_or_else(|_| Err("the writer thread ended".to_string())),
+                    None => Err("another thread waits for these links".to_string()),
+                };
+                *self.result.lock().unwrap() = Some(got.clone());
+                got
+            }
+        };
+        result.map_err(|e| pyo3::exceptions::PyOSError::new_err(
+            format!("snapshot links failed: {e}")))
     }
 }
 
