@@ -22,12 +22,19 @@ by the caller so that the log always holds more entries than its oldest kept che
 (``retention_bytes_for``). ``first_offset()`` says where the log starts now, so a node whose
 start offset was deleted refuses to start (``replog.LogTruncated``) instead of diverging.
 ``tail_offset()`` says where it ends, so a node can tell a stuck reader from an idle log.
+
+Every consumer made here (a reader, a log's watermark probe) is closed by its owner: the
+reader by ``close()``, the probe by ``KafkaLog.close()``. One left open keeps connecting to
+its broker for as long as it lives; ``open_consumers()`` lists those alive and not closed,
+with the test that opened each (pytest's ``PYTEST_CURRENT_TEST``), for the test suite's check.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
+import weakref
 from collections.abc import Sequence
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -55,6 +62,25 @@ append_timeout_s = 10.0  # a flush that takes longer fails its requests (indeter
 # answers a held fetch the moment a record is appended, so this bounds only idle round trips:
 # a few ms costs every idle replica hundreds of fetches per second for no latency.
 fetch_wait_max_ms = 100
+# Readers and logs with a probe, open (not closed) and alive, each with what opened it.
+_open: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+
+
+def _opened(owner: object, what: str) -> None:
+    by = os.environ.get("PYTEST_CURRENT_TEST")
+    _open[owner] = what + (f", opened by {by}" if by else "")
+
+
+def open_consumers() -> list[str]:
+    """The Kafka consumers made here that are alive and not closed (readers and watermark
+    probes), each described with its topic and what opened it."""
+    return sorted(_open.values())
+
+
+def close_open_consumers() -> None:
+    """Close every consumer ``open_consumers`` lists (the test suite's cleanup after a leak)."""
+    for owner in list(_open.keys()):
+        owner.close()  # type: ignore[attr-defined]
 # A follower's fetch waits for a few records instead of one: its entries are applied up to
 # this much later (a forwarded request's read-your-write too), for several times fewer fetches
 # (one per record cost a follower about a third of its CPU per order in librdkafka's threads).
@@ -188,7 +214,6 @@ class KafkaLog:
         # Held while producing or replacing the producer: ``send`` runs on whichever thread
         # submitted, and a record must never go to a producer being replaced.
         self._send_lock = threading.Lock()
-        self._readers: list[KafkaLogReader] = []
         self._probe: Consumer | None = None  # asks the broker for the watermarks
         self._probe_lock = threading.Lock()  # the appender and the loop may both ask
 
@@ -284,19 +309,19 @@ class KafkaLog:
                 self._probe = Consumer({"bootstrap.servers": self.bootstrap,
                                         "group.id": f"replog-{uuid.uuid4().hex}",
                                         "enable.auto.commit": False, "log_level": self.log_level})
+                _opened(self, f"the watermark probe of {self.topic} at {self.bootstrap}")
             try:
                 return self._probe.get_watermark_offsets(
                     TopicPartition(self.topic, PARTITION), timeout=timeout_s, cached=False)
             except Exception:
                 self._probe.close()  # a client that lost its broker is made anew next time
                 self._probe = None
+                _open.pop(self, None)
                 raise
 
     def open_reader(self, start_offset: int, *, follower: bool = False) -> KafkaLogReader:
-        reader = KafkaLogReader(self.bootstrap, self.topic, start_offset, self.log_level,
-                                follower=follower)
-        self._readers.append(reader)
-        return reader
+        return KafkaLogReader(self.bootstrap, self.topic, start_offset, self.log_level,
+                              follower=follower)
 
     def close(self) -> None:
         self._producer.flush(1.0)
@@ -304,6 +329,7 @@ class KafkaLog:
             if self._probe is not None:
                 self._probe.close()
                 self._probe = None
+                _open.pop(self, None)
 
 
 class KafkaLogReader:
@@ -313,6 +339,8 @@ class KafkaLogReader:
         self._consumer = Consumer({**consumer_config(bootstrap, log_level, follower=follower),
                                    **consumer_conf})
         self._consumer.assign([TopicPartition(topic, PARTITION, start_offset)])
+        self._closed = False
+        _opened(self, f"a reader of {topic} at {bootstrap} from offset {start_offset}")
 
     def seek(self, offset: int) -> None:
         # A new assignment, not ``Consumer.seek`` (refused on a partition not being fetched):
@@ -346,4 +374,8 @@ class KafkaLogReader:
         return out
 
     def close(self) -> None:
-        self._consumer.close()
+        """Close the client (once: a second call does nothing)."""
+        if not self._closed:
+            self._closed = True
+            _open.pop(self, None)
+            self._consumer.close()

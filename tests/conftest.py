@@ -7,11 +7,18 @@ and, at the end of the session, only what this session started is stopped (set
 endpoints module. Nothing here starts a JVM unless a cluster test runs, so
 ``pytest -m "not cluster"`` stays fast. With ``RAILFLOW_REQUIRE_CLUSTER=1`` (set by
 ``make test``) a skipped cluster test fails the run.
+
+After each test module, no Kafka consumer made by ``replog.kafka`` (a log reader, a log's
+watermark probe) may be left alive and open: one left keeps connecting to the broker after
+the session stopped the cluster. The module's last test then errors, naming the test that
+opened it, and the consumer is closed so that the next modules are checked on their own.
 """
 
 from __future__ import annotations
 
+import gc
 import os
+import sys
 from types import ModuleType
 
 import pytest
@@ -40,6 +47,20 @@ def _railflow_cluster() -> ModuleType:
 def cluster(_railflow_cluster: ModuleType) -> ModuleType:
     """The running local cluster; returns ``infra.endpoints`` (hosts, ports, S3 keys)."""
     return _railflow_cluster
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_kafka_consumer_left_open():
+    yield
+    kafka = sys.modules.get("replog.kafka")
+    if kafka is None:  # nothing in this module made a Kafka client
+        return
+    gc.collect()  # garbage is not a leak: what is still alive now is held by something
+    left = kafka.open_consumers()
+    if left:
+        kafka.close_open_consumers()
+        pytest.fail("Kafka consumers left open (close the reader, or the KafkaLog of each "
+                    "node stopped):\n  " + "\n  ".join(left), pytrace=False)
 
 
 @pytest.fixture(autouse=True)

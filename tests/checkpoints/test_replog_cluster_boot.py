@@ -67,7 +67,9 @@ def test_a_follower_checkpoints_and_a_new_node_boots_from_it(store, tmp_path: Pa
     finally:
         if follower is not None:
             follower.stop()
+            follower.log.close()
         leader.stop()
+        leader.log.close()  # the node does not own its log (nor its watermark probe)
         cp.close()
     assert follower_sm.digest() == leader_sm.digest()
     assert list_offsets(store) and cp.stats.taken >= 1
@@ -90,5 +92,6 @@ def test_a_follower_checkpoints_and_a_new_node_boots_from_it(store, tmp_path: Pa
         assert catch_up.watch(lambda: node.applied_offset, timeout_s=TIMEOUT_S, poll_s=0.02)
     finally:
         node.stop()
+        node.log.close()
     assert node.failure is None
     assert booted.digest() == leader_sm.digest()

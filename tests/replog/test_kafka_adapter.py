@@ -61,6 +61,7 @@ def test_node_whose_log_is_down_fails_requests_and_never_acknowledges():
         assert not node.is_leader and node.sm.get("k") is None
     finally:
         node.stop()
+        log.close()
 
 
 def test_producer_and_reader_are_tuned_for_one_record_latency():

@@ -77,6 +77,15 @@ def test_a_paused_reader_fetches_nothing_and_seeks_to_any_offset():
         log.close()
 
 
+def _stop(*nodes: Node) -> None:
+    """Stop each node and close its log (a node does not own it: its watermark probe would
+    stay open)."""
+    for n in nodes:
+        n.stop()
+    for n in nodes:
+        n.log.close()
+
+
 def _raw(writer_id: int, seq: int) -> bytes:
     return Entry(-1, writer_id, 1, ops.KIND, ops.put(f"w{writer_id}s{seq}", seq), seq).encode()
 
@@ -106,8 +115,7 @@ def test_a_leader_on_kafka_applies_its_own_records_and_reads_only_the_stale_writ
         assert leader.sm.digest() == follower.sm.digest()
         assert leader.core.fence.seq == follower.core.fence.seq
     finally:
-        leader.stop()
-        follower.stop()
+        _stop(leader, follower)
         stale.close()
 
 
@@ -175,8 +183,7 @@ def test_concurrent_requests_on_kafka_are_applied_once_each_in_offset_order():
         assert follower.wait_applied(last, WAIT_S)
         assert follower.sm.digest() == leader.sm.digest()
     finally:
-        leader.stop()
-        follower.stop()
+        _stop(leader, follower)
 
 
 def test_a_record_the_client_refuses_fails_its_request_and_the_next_is_served():
@@ -188,8 +195,7 @@ def test_a_record_the_client_refuses_fails_its_request_and_the_next_is_served():
         assert applied.offset == 1 and leader.sm.get("k") == 1
         assert follower.wait_applied(1, WAIT_S) and follower.sm.get("k") == 1
     finally:
-        leader.stop()
-        follower.stop()
+        _stop(leader, follower)
 
 
 def test_a_record_the_broker_refuses_fails_its_request_and_the_node_serves_on():
@@ -211,8 +217,7 @@ def test_a_record_the_broker_refuses_fails_its_request_and_the_node_serves_on():
         assert follower.wait_applied(served.offset, WAIT_S)
         assert follower.sm.digest() == leader.sm.digest()
     finally:
-        leader.stop()
-        follower.stop()
+        _stop(leader, follower)
 
 
 def test_a_deposed_leaders_late_record_is_fenced_and_fails_its_request(monkeypatch):
@@ -246,5 +251,4 @@ def test_a_deposed_leaders_late_record_is_fenced_and_fails_its_request(monkeypat
             assert n.sm.get("before") == 1 and n.sm.get("after") == 2
         assert a.sm.digest() == b.sm.digest() == f.sm.digest()
     finally:
-        for n in nodes:
-            n.stop()
+        _stop(*nodes)
