@@ -49,6 +49,12 @@ struct Lowered {
     vals: Vec<Val>,
     preds: Vec<bool>,
     kids: Vec<KeyRef>,
+    /// The rows (of the first `hot_len`) a lazy head may have to evict (`Core::row_hot`), as
+    /// of `Core::eager_epoch` = `hot_epoch`: a lazy head passes the rows between two of them
+    /// by their times alone (`StreamCore::advance_lazy`).
+    hot: Vec<u32>,
+    hot_len: usize,
+    hot_epoch: u64,
 }
 
 /// A row's key id in one key space and the id's generation then (`NO_KEY`: not interned yet).
@@ -195,6 +201,9 @@ struct Core {
     /// What the last `read` found of a raw key: (key space, id, first logged event in its
     /// window); None when it read no raw key (`reads_as_before`).
     raw_read: Option<(usize, u32, usize)>,
+    /// Moves on whenever a key of a lazy space may have turned eager (a mark set, the lazy
+    /// plan made anew): the rows found not hot before (`Lowered::hot`) are looked at again.
+    eager_epoch: u64,
     /// Lazy tables take every key's events as states (a backfill: `fill`, `advance`).
     force_eager: bool,
     /// Per key space, whether the event being inserted is of an eager key there.
@@ -279,6 +288,7 @@ impl Core {
                     let ls = self.logs[s].as_mut().expect("a lazy table's space");
                     if self.force_eager {
                         ls.set_eager(id, gen);
+                        self.eager_epoch += 1;
                     } else if !ls.is_eager(id, gen) {
                         continue;
                     }
@@ -519,6 +529,7 @@ impl Core {
         let id = self.kid(row, s, true).expect("interned");
         let gen = self.spaces[s].gen(id);
         self.logs[s].as_mut().expect("a lazy space").set_eager(id, gen);
+        self.eager_epoch += 1;
         true
     }
 
@@ -556,6 +567,7 @@ impl Core {
         // Marked before the log lets go of the id: a freed id's generation moves on, and
         // the mark is void.
         ls.set_eager(id, self.spaces[s].gen(id));
+        self.eager_epoch += 1;
         if n > 0 {
             ls.clear(id);
             self.spaces[s].release(id);
@@ -631,6 +643,24 @@ impl Core {
         false
     }
 
+    /// Whether some lazy head may evict the row whose key ids are `kids` (`evicts_row` is true
+    /// for it for some windows): a key id not known, or of a key eager in a lazy space. Until
+    /// `eager_epoch` moves, a row found not hot stays so: a key turns eager only with a mark
+    /// (which moves it), and an id's eagerness is otherwise only lost (its generation moves
+    /// on when it is freed).
+    fn row_hot(&self, kids: &[KeyRef]) -> bool {
+        for (s, r) in kids.iter().enumerate() {
+            if r.id == u32::MAX {
+                return true;
+            }
+            if self.logs[s].as_ref().is_some_and(|ls| ls.maybe_eager(r.id) && ls.is_eager(r.id, r.gen))
+                && self.spaces[s].valid(r.id, r.gen) {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Whether the row's key is eager in a lazy space (its lazy tables' states are read for
     /// it: the heads must have evicted what left them).
     fn row_eager(&mut self, row: &mut Row) -> bool {
@@ -651,6 +681,7 @@ impl Core {
     /// the current event (the `all` tail) and have a head of a time bound, in the key spaces
     /// holding at least `min` of them. Every key a lazy table holds states for is eager.
     fn plan_lazy(&mut self, cursors: &[Cursor], min: usize) {
+        self.eager_epoch += 1;
         self.lazy = vec![None; self.tables.len()];
         let mut cand: Vec<Vec<(usize, usize, i64, u64, Option<usize>)>> = vec![vec![]; self.spaces.len()];
         for win in &self.windows {
@@ -732,6 +763,7 @@ impl Core {
             for id in 0..self.spaces[s].made() as u32 {
                 if self.tables[t].has(id) {
                     ls.set_eager(id, self.spaces[s].gen(id));
+                    self.eager_epoch += 1;
                 }
             }
         }
@@ -1531,6 +1563,11 @@ impl StreamCore {
         if let Some(lw) = self.lowered.get_mut(&k) {
             if lw.kids.len() >= (idx + 1) * n {
                 lw.kids[idx * n..(idx + 1) * n].copy_from_slice(&row.kids);
+                if idx < lw.hot_len {
+                    // Its ids changed: it is looked at again (`refresh_hot`).
+                    lw.hot.truncate(lw.hot.partition_point(|&h| (h as usize) < idx));
+                    lw.hot_len = idx;
+                }
             }
         }
     }
@@ -1773,12 +1810,27 @@ impl StreamCore {
                 }
             }
             let k = self.cursors[ci].k;
-            // The chunk's lowered rows in a tight loop, up to a row to evict.
+            self.refresh_hot(k);
+            // The chunk's lowered rows up to a row to evict: between two hot rows (which may
+            // be evicted) by their times alone, a hot row by its key ids.
             let hit = {
                 let lw = &self.lowered[&k];
                 let c = &mut self.cursors[ci];
                 let mut hit = None;
-                while c.idx < lw.ts.len() && c.pos < end {
+                loop {
+                    let stop = lw.ts.len().min(c.idx.saturating_add(end.saturating_sub(c.pos) as usize));
+                    if c.idx >= stop {
+                        break;
+                    }
+                    let h = lw.hot.partition_point(|&x| (x as usize) < c.idx);
+                    let next_hot = lw.hot.get(h).map_or(stop, |&x| (x as usize).min(stop));
+                    // Times never go back: the rows up to `late` are at most `lim` old.
+                    let late = c.idx + lw.ts[c.idx..next_hot].partition_point(|&x| x <= lim);
+                    c.pos += (late - c.idx) as u64;
+                    c.idx = late;
+                    if late == stop {
+                        break;
+                    }
                     let ts = lw.ts[c.idx];
                     if ts > lim {
                         c.ahead = (c.pos, ts);
@@ -1802,6 +1854,24 @@ impl StreamCore {
             self.evict_row(py, ci, k, idx, ts, pos)?;
         }
         Ok(())
+    }
+
+    /// Bring lowered chunk `k`'s hot rows (`Lowered::hot`) up to date: all its rows, looked
+    /// at anew if a key may have turned eager since, else only the rows added since.
+    fn refresh_hot(&mut self, k: i64) {
+        let (epoch, kw) = (self.core.eager_epoch, self.core.spaces.len());
+        let Some(lw) = self.lowered.get_mut(&k) else { return };
+        if lw.hot_epoch != epoch {
+            (lw.hot_epoch, lw.hot_len) = (epoch, 0);
+            lw.hot.clear();
+        }
+        let n = lw.ts.len();
+        for i in lw.hot_len..n {
+            if self.core.row_hot(&lw.kids[i * kw..(i + 1) * kw]) {
+                lw.hot.push(i as u32);
+            }
+        }
+        lw.hot_len = n;
     }
 
     /// The row `idx` of lowered chunk `k`, loaded into `tmp`, leaves head `ci`'s evicting
@@ -1959,7 +2029,7 @@ impl StreamCore {
                          space_fields: vec![],
                          space_names: vec![],
                          key: vec![], lazy: vec![], logs: vec![], lazy_window: vec![],
-                         folds: vec![], folded: None, raw_read: None, force_eager: false, eager_now: vec![],
+                         folds: vec![], folded: None, raw_read: None, eager_epoch: 1, force_eager: false, eager_now: vec![],
                          sweep_ids: vec![], steps: 0 },
             gids: vec![],
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
