@@ -124,39 +124,34 @@ enum Low {
     O(PyObject),
 }
 
-/// Rows whose Arrow values `ingest_typed` keeps row by row (as `Cell`s, 9 bytes a value)
-/// before writing them column by column: with W1's 240 columns, a value written per column
-/// per row touched lines of each column (its values, validity, length) at every row, more
-/// lines than the L1 cache holds; in blocks a column's lines are touched once a block, and
-/// the block's values are written with no branch on the column's type per value.
+/// Rows whose Arrow values `ingest_typed` keeps (as `Cell`s, 9 bytes a value) before
+/// writing them column by column: with W1's 240 columns, a value written per column per row
+/// touched lines of each column (its values, validity, length) at every row, more lines than
+/// the L1 cache holds; in blocks a column's lines are touched once a block, and the block's
+/// values are written with no branch on the column's type per value. The block is column
+/// by column (a column's rows side by side), so a column's cells are read in a few lines,
+/// not one line per row (W2's 405 columns: 32 rows were 117 KiB, beyond the L1 cache).
 const OUT_BLOCK: usize = 32;
 
-/// Write the block's `rows` rows (row-major `tags` and `bits`, one per column each: see
-/// `Cell`; the values only `push_val`/`push_obj` take are in `slow`) into the Arrow columns,
-/// in row order per column, and empty `slow`.
-fn flush_cells(py: Python<'_>, out_cols: &mut [OutCol], tags: &[u8], bits: &[u64], rows: usize,
-               slow: &mut Vec<Low>, strings: &Interner) {
-    let w = out_cols.len();
-    let (mut t, mut b) = ([0u8; OUT_BLOCK], [0u64; OUT_BLOCK]);
+/// Write the block's first `rows` rows (`tags` and `bits`, column by column, `stride` rows a
+/// column: see `Cell`; the values only `push_val`/`push_obj` take are in `slow`) into the
+/// Arrow columns, in row order per column, and empty `slow`.
+fn flush_cells(py: Python<'_>, out_cols: &mut [OutCol], tags: &[u8], bits: &[u64],
+               stride: usize, rows: usize, slow: &mut Vec<Low>, strings: &Interner) {
     for (c, col) in out_cols.iter_mut().enumerate() {
         let OutCol::Arrow(col) = col else { continue };
-        let mut plain = true;
-        for r in 0..rows {
-            t[r] = tags[r * w + c];
-            b[r] = bits[r * w + c];
-            plain &= t[r] <= CELL_NATIVE;
-        }
-        if plain {
-            col.push_cells(&t[..rows], &b[..rows]);
+        let (t, b) = (&tags[c * stride..c * stride + rows], &bits[c * stride..c * stride + rows]);
+        if t.iter().all(|&x| x <= CELL_NATIVE) {
+            col.push_cells(t, b);
             continue;
         }
-        for r in 0..rows {
-            match t[r] {
-                CELL_VAL | CELL_OBJ => match &slow[b[r] as usize] {
+        for (&tag, &bits) in t.iter().zip(b) {
+            match tag {
+                CELL_VAL | CELL_OBJ => match &slow[bits as usize] {
                     Low::V(v) => col.push_val(py, *v, strings),
                     Low::O(v) => col.push_obj(v.clone_ref(py), py),
                 },
-                tag => col.push_cell(Cell { tag, bits: b[r] }),
+                tag => col.push_cell(Cell { tag, bits }),
             }
         }
     }
@@ -818,6 +813,10 @@ pub struct StreamCore {
     /// settable for the benchmarks' A/B in one run.
     #[pyo3(get, set)]
     look_ahead: bool,
+    /// Rows of Arrow values a batch keeps before writing them column by column
+    /// (`flush_cells`; 0: `OUT_BLOCK`); settable for the benchmarks' A/B in one run.
+    #[pyo3(get, set)]
+    out_block: usize,
     /// Lazy tables a key space needs for lazy eviction (lazy.rs); read at each `set_plan`
     /// (plan.py sets it; tests set it high to run the eager path alone).
     #[pyo3(get, set)]
@@ -1306,7 +1305,8 @@ impl StreamCore {
             // The block's Arrow values, row by row (`Cell`s, `flush_cells`); `slow`: the values
             // a cell points to.
             let w = out_cols.len();
-            let (mut tags, mut bits) = (vec![0u8; OUT_BLOCK * w], vec![0u64; OUT_BLOCK * w]);
+            let rows = if self.out_block > 0 { self.out_block } else { OUT_BLOCK };
+            let (mut tags, mut bits) = (vec![0u8; rows * w], vec![0u64; rows * w]);
             let mut slow: Vec<Low> = vec![];
             let mut r = 0; // the row's place in the block
             // Key ids found ahead (`find_ahead`): row i's in slot i % (AHEAD + 1).
@@ -1367,7 +1367,6 @@ impl StreamCore {
                         last = here;
                         (states, again)
                     };
-                    let row = r * w;
                     if again {
                         self.reused += 1;
                         // The previous output's values, pushed again (its columns are m back).
@@ -1379,8 +1378,10 @@ impl StreamCore {
                                 }
                             }
                         }
-                        tags.copy_within(row + c - m..row + c, row + c);
-                        bits.copy_within(row + c - m..row + c, row + c);
+                        for j in c..c + m {
+                            tags[j * rows + r] = tags[(j - m) * rows + r];
+                            bits[j * rows + r] = bits[(j - m) * rows + r];
+                        }
                         c += m;
                         continue;
                     }
@@ -1402,20 +1403,20 @@ impl StreamCore {
                                         }
                                     },
                                 };
-                                tags[row + c] = cell.tag;
-                                bits[row + c] = cell.bits;
+                                tags[c * rows + r] = cell.tag;
+                                bits[c * rows + r] = cell.bits;
                             }
                         }
                         c += 1;
                     }
                 }
                 r += 1;
-                if r == OUT_BLOCK {
-                    flush_cells(py, &mut out_cols, &tags, &bits, r, &mut slow, &self.strings);
+                if r == rows {
+                    flush_cells(py, &mut out_cols, &tags, &bits, rows, r, &mut slow, &self.strings);
                     r = 0;
                 }
             }
-            flush_cells(py, &mut out_cols, &tags, &bits, r, &mut slow, &self.strings);
+            flush_cells(py, &mut out_cols, &tags, &bits, rows, r, &mut slow, &self.strings);
             Ok(())
         };
         let r = run();
@@ -2037,7 +2038,7 @@ impl StreamCore {
             chunk_map: Chunks::default(), batch: None, scratch: Default::default(), npreds: None,
             trim_due: false, ojson: vec![b'['], template: None,
             json_keys: Default::default(), prefetch_events: true, reused: 0,
-            look_ahead: true,
+            look_ahead: true, out_block: 0,
             lazy_min_tables: LAZY_MIN_TABLES, row_len: None, columnar: true,
             key_fingerprint_bits: 64,
             lazy_head_lag: LAZY_HEAD_LAG, behind: 0, behind_to: (0, 0),
