@@ -321,8 +321,9 @@ class RunnerStateMachine:
         return self._buffer.views_of_event(event_id)
 
     def snapshot(self) -> snapshot.SnapshotWriter:
-        """Capture the state at the applied offset without waiting for DuckDB: the engine's
-        files now, the tables' view once the flusher wrote every pending generation."""
+        """Capture the state at the applied offset without waiting for DuckDB or the disk: the
+        engine's state in memory now (``Engine.capture``; its files made on other threads),
+        the tables' view once the flusher wrote every pending generation."""
         view = self._buffer.when_landed(lambda: snapshot.open_view(self.con))
         return snapshot.capture(view, self.engine, self._applied, self._rows_total)
 
