@@ -62,6 +62,7 @@ class CheckResult:
     # When every read is a plain field selection: (start, end, path) of each one in the
     # source, so the caller may bind fields as flat variables; None otherwise (has(), size()).
     selections: tuple[tuple[int, int, Path], ...] | None
+    tree: Tree | None = None  # the parse tree (``workflows.direct`` compiles from it)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def check(source: str, roots: dict[str, AnyType]) -> CheckResult:
         raise CheckError("criteria_type", f"a criterion must be bool, this one is {t}",
                          _span(tree))
     selections = tuple(sorted(checker.selections)) if checker.flattenable else None
-    return CheckResult(type=t, paths=frozenset(checker.paths), selections=selections)
+    return CheckResult(type=t, paths=frozenset(checker.paths), selections=selections, tree=tree)
 
 
 def _span(node: Tree) -> tuple[int, int] | None:

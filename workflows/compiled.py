@@ -12,6 +12,7 @@ default last), so a step whose criteria raise nothing allocates no trace.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
@@ -25,6 +26,10 @@ from workflows.model import DecisionNode, Workflow
 from workflows.outside import OutsideWork, outside_work_of
 from workflows.results import EdgeTrial, StepResult
 from workflows.validate import analyse
+
+# Criteria evaluated in Python where that gives CEL's value (``workflows.direct``);
+# RAILFLOW_DIRECT_CRITERIA=0 compiles every version without them (to measure against).
+direct_enabled = os.environ.get("RAILFLOW_DIRECT_CRITERIA", "1") != "0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +65,9 @@ class CompiledNode:
     # the default's. Empty for decisions (and nodes built without compile_version).
     programs: tuple[Any, ...] = ()
     taken: tuple[StepResult, ...] = ()
+    # ``direct[i]``: edge i's criterion as a Python function (``workflows.direct``), when every
+    # edge has one and the node reads flat fields only; else empty (CEL evaluates the node).
+    direct: tuple[Any, ...] = ()
 
 
 class CompiledWorkflow:
@@ -159,8 +167,11 @@ def with_edge_plan(node: CompiledNode, nodes: Mapping[str, CompiledNode]) -> Com
     default = node.default
     taken.append(result_of(node, default.id, nodes[default.to], True,
                            (*false_before, EdgeTrial(default.id, None, True))))
+    direct = tuple(e.criteria.direct for e in node.edges)
+    if not direct_enabled or not all(direct) or not keyable(node.plan):
+        direct = ()
     return replace(node, programs=tuple(e.criteria.program for e in node.edges),
-                   taken=tuple(taken))
+                   taken=tuple(taken), direct=direct)
 
 
 def result_of(node: CompiledNode, edge_id: str, nxt: CompiledNode, default_taken: bool,

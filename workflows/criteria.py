@@ -16,6 +16,7 @@ import cel
 
 from workflows.cel_check import CheckError, Path, check
 from workflows.cel_types import AnyType
+from workflows.direct import compile_direct
 from workflows.errors import InvariantViolation, is_engine_error
 from workflows.model import criteria_chars_max
 
@@ -42,6 +43,9 @@ class CompiledCriterion:
     # (``event.country`` compiled as one variable): converting scalars into CEL is several
     # times cheaper than converting nested maps. Empty when it reads the records themselves.
     flat: tuple[tuple[str, Path], ...] = ()
+    # The criterion as a Python function of the flat variables (``workflows.direct``), or
+    # None when it uses a construct outside that subset: then CEL alone evaluates it.
+    direct: Any = None
 
     def evaluate(self, activation: Any) -> tuple[bool, str | None]:
         """(value, error): value is False whenever error is set. Never raises."""
@@ -119,7 +123,10 @@ def compile_criterion(source: str, roots: dict[str, AnyType]) -> CompiledCriteri
                 raise
             raise InvariantViolation(f"flat form {rewritten!r} of {source!r} fails: {e}") from e
         flat = tuple(sorted({(flat_name(p), p) for _, _, p in result.selections}))
-    return CompiledCriterion(source, program, result.paths, constant, flat)
+    direct = None
+    if flat and result.tree is not None:
+        direct = compile_direct(result.tree, {p: name for name, p in flat})
+    return CompiledCriterion(source, program, result.paths, constant, flat, direct)
 
 
 def _error_text(e: BaseException) -> str:

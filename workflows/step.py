@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from workflows.activation import StepContext, activation
 from workflows.compiled import CompiledNode, CompiledWorkflow, Decision, result_of
+from workflows.direct import direct_variables
 from workflows.errors import InvariantViolation, is_engine_error
 from workflows.outside import OutsideWork
 from workflows.results import EdgeTrial, StepResult
@@ -64,6 +65,21 @@ def _step(version: CompiledWorkflow, node: CompiledNode, ctx: StepContext) -> St
 
 
 def _evaluated(version: CompiledWorkflow, node: CompiledNode, ctx: StepContext) -> StepResult:
+    direct = node.direct
+    if direct:  # Python where it gives CEL's value (workflows.direct), else CEL from the start
+        values = direct_variables(node.plan, ctx)
+        if values is not None:
+            taken = node.taken
+            i = 0
+            for criterion in direct:
+                value = criterion(values)
+                if value is True:
+                    return taken[i]
+                if value is not False:
+                    break
+                i += 1
+            else:
+                return taken[i]
     variables, failure = activation(node.plan, ctx)
     if failure is not None:
         return _traced(version, node, ctx)
