@@ -74,7 +74,7 @@ class CompiledWorkflow:
     """One immutable, compiled version of a workflow."""
 
     __slots__ = ("_workflow", "_json", "version", "digest", "nodes", "workflow_id", "root",
-                 "event_type", "_nodes", "_memos")
+                 "event_type", "_nodes", "_memos", "reads_event_id")
 
     def __init__(self, workflow: Workflow, version: int, nodes: Mapping[str, CompiledNode]):
         self._json = workflow.model_dump_json()
@@ -87,6 +87,14 @@ class CompiledWorkflow:
         self._memos: dict[str, NodeMemo] = {
             nid: NodeMemo(n.plan) for nid, n in self._nodes.items()
             if n.programs and keyable(n.plan)}
+        # Whether a criterion may read ``event.event_id`` (the field itself, or the whole
+        # event): the runner adds the event's id to its data only then (a copy per order)
+        self.reads_event_id = any(
+            any(name == "event" and (fields is None or "event_id" in fields)
+                for name, fields in n.plan.records)
+            or any(record == "event" and field == "event_id"
+                   for _, record, _, field in n.plan.flat)
+            for n in self._nodes.values())
         self.workflow_id = workflow.id
         self.root = workflow.root
         self.event_type = workflow.event_type

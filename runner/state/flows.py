@@ -74,22 +74,25 @@ def metrics_used(compiled: CompiledWorkflow) -> set[str]:
     return set(compiled.workflow.metrics)
 
 
-def event_data(run: dict) -> dict[str, Any]:
+def event_data(run: dict, compiled: CompiledWorkflow | None = None) -> dict[str, Any]:
     """What criteria read as ``event``: the order's data, with its ``event_id`` unless the
-    data has one (a copy only then: the run's event is never changed)."""
+    data has one (a copy only then: the run's event is never changed). Given the version
+    walked, the data as it is when no criterion of it can read ``event.event_id`` (a step
+    reads only the fields its criteria name): no copy per order."""
     event = run["event"]
     data = event["data"]
-    if "event_id" in data:
+    if "event_id" in data or (compiled is not None and not compiled.reads_event_id):
         return data
     return {**data, "event_id": event["event_id"]}
 
 
-def context(run: dict, data: dict[str, Any] | None = None) -> StepContext:
-    """The step context of a run; ``data`` is ``event_data(run)`` when the caller has it. It
-    holds the run's own score and app dicts (read only by the walk), so it sees what the
-    caller adds to them in place."""
-    return _context(event_data(run) if data is None else data, run["scores"], run["metrics"],
-                    run["apps"])
+def context(run: dict, data: dict[str, Any] | None = None,
+            compiled: CompiledWorkflow | None = None) -> StepContext:
+    """The step context of a run; ``data`` is ``event_data(run, compiled)`` when the caller
+    has it. It holds the run's own score and app dicts (read only by the walk), so it sees
+    what the caller adds to them in place."""
+    return _context(event_data(run, compiled) if data is None else data, run["scores"],
+                    run["metrics"], run["apps"])
 
 
 WEBHOOK_SENT = workflows.WEBHOOK_SENT  # what a webhook node's output reads: not awaited

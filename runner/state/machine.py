@@ -448,7 +448,7 @@ class RunnerStateMachine:
         effects: list[Any] = []
         # One context for every round: it holds the run's own scores and apps dicts, which a
         # round changes in place only (a score answered here, a webhook sent)
-        ctx = flows.context(run)
+        ctx = flows.context(run, compiled=compiled)
         for _ in range(steps_per_run_max):  # each round passes at least one node
             walk = flows.advance(compiled, ctx, run["node_id"])
             if walk.webhooks:
