@@ -829,6 +829,10 @@ pub struct StreamCore {
     /// every event (settable for the benchmarks' A/B in one run and tests).
     #[pyo3(get, set)]
     lazy_head_lag: u32,
+    /// `order` without its lazy heads (cursor indices: the cursors `take` moves at an event
+    /// while the lazy heads lag), and whether it left any out; None: made at the next event
+    /// (a plan sets it so). W1's 120 lazy heads are then not looked at at every event.
+    busy: Option<(Vec<usize>, bool)>,
     /// Events the lazy heads are behind, and the time and next position they move to.
     behind: u32,
     behind_to: (i64, u64),
@@ -1623,15 +1627,29 @@ impl StreamCore {
         }
         self.trace.mark(1);
         let chunks = self.chunks.bind(py).len();
+        if self.busy.is_none() {
+            let lazy_head = |ci: &usize| self.cursors[*ci].lazy && self.cursors[*ci].spec != Spec::All;
+            let busy = self.order.iter().filter(|ci| !lazy_head(ci)).copied().collect();
+            self.busy = Some((busy, self.order.iter().any(lazy_head)));
+        }
         // First (the append's Python calls give the misses time to resolve): the heads'
         // next rows are older than this event, so no bound on their end is needed yet.
         self.prefetch_evictions(ts, u64::MAX);
         let (pos, k, idx) = self.append(py, &res, ts)?;
         self.trace.mark(2);
         let next_pos = pos + 1;
-        let mut deferred = false;
-        for oi in 0..self.order.len() {
-            let ci = self.order[oi];
+        // While the lazy heads lag, the cursors but them (a lazy head would only be left
+        // behind below: `deferred`).
+        let lag = self.lazy_head_lag > 1;
+        let (n, mut deferred) = match &self.busy {
+            Some((busy, any_lazy)) if lag => (busy.len(), *any_lazy),
+            _ => (self.order.len(), false),
+        };
+        for oi in 0..n {
+            let ci = match &self.busy {
+                Some((busy, _)) if lag => busy[oi],
+                _ => self.order[oi],
+            };
             let c = &self.cursors[ci];
             if c.spec == Spec::All && c.pos == pos {
                 // Fast path: the shared current-event tail takes only this event.
@@ -1671,7 +1689,9 @@ impl StreamCore {
     /// not lowered yet, or whose key id went stale, are skipped.
     fn prefetch_evictions(&self, t: i64, next_pos: u64) {
         let kwidth = self.core.spaces.len();
-        for c in &self.cursors {
+        // Lazy heads are skipped: only the cursors `busy` holds (all but those).
+        let Some((busy, _)) = &self.busy else { return };
+        for c in busy.iter().map(|&ci| &self.cursors[ci]) {
             if c.evicts.is_empty() || c.stale || c.lazy {
                 continue;
             }
@@ -2041,7 +2061,7 @@ impl StreamCore {
             look_ahead: true, out_block: 0,
             lazy_min_tables: LAZY_MIN_TABLES, row_len: None, columnar: true,
             key_fingerprint_bits: 64,
-            lazy_head_lag: LAZY_HEAD_LAG, behind: 0, behind_to: (0, 0),
+            lazy_head_lag: LAZY_HEAD_LAG, busy: None, behind: 0, behind_to: (0, 0),
             trace: Default::default(), res_io: None,
         })
     }
@@ -2051,6 +2071,7 @@ impl StreamCore {
                 cursors: Vec<(i64, String, i64, i64, i64, u64)>, order: Vec<i64>,
                 windows: Vec<WindowSpec>, outputs: Vec<OutputSpec>) -> PyResult<()> {
         self.catch_up(py)?;
+        self.busy = None; // the cursors, their order and which are lazy change here
         // Raw keys turn eager first (lazy.rs): their logs follow the old plan's windows.
         self.settle();
         // Plain tables' states leave their spaces' record slabs while the plan changes (the
