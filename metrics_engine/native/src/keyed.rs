@@ -127,6 +127,9 @@ pub struct KeySpace {
     keys: Vec<Key>,
     refs: Vec<u32>,
     gens: Vec<u32>,
+    /// By id, its key's fingerprint as indexed: freeing the id removes it from `index`
+    /// without hashing the key again (W1 frees about one key per event and space).
+    fps: Vec<u64>,
     free: Vec<u32>,
     /// The sliding (plain) tables' states of this group-by, one record per key id: `stride`
     /// states, each attached table's slots at its column (`GroupTable::col`), so an event
@@ -182,11 +185,13 @@ impl KeySpace {
                 self.keys.push(Key::default());
                 self.refs.push(0);
                 self.gens.push(0);
+                self.fps.push(0);
                 (self.keys.len() - 1) as u32
             }
         };
         let k = &mut self.keys[id as usize];
         k.fill(key); // a freed id's key, reused: no allocation per new key in steady state
+        self.fps[id as usize] = fp;
         match self.index.entry(fp) {
             std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(id);
@@ -222,12 +227,15 @@ impl KeySpace {
         let r = &mut self.refs[id as usize];
         *r -= 1;
         if *r == 0 {
-            let key = self.keys[id as usize].as_slice();
-            let fp = self.fingerprint(key);
-            if self.index.get(&fp) == Some(&id) {
-                self.index.remove(&fp);
-            } else {
-                self.clashes.remove(key);
+            // One probe of the index, at the fingerprint kept when the key was interned.
+            use std::collections::hash_map::Entry;
+            match self.index.entry(self.fps[id as usize]) {
+                Entry::Occupied(e) if *e.get() == id => {
+                    e.remove();
+                }
+                _ => {
+                    self.clashes.remove(self.keys[id as usize].as_slice());
+                }
             }
             self.gens[id as usize] = self.gens[id as usize].wrapping_add(1);
             self.free.push(id);
