@@ -82,6 +82,65 @@ def test_hbase_writes_a_terms_batch_in_one_thrift_call(monkeypatch):
         s.close()
 
 
+def _big_run(i: int) -> RunRecord:
+    """A run about the size of a W3 run on the wire (~2 KB)."""
+    return RunRecord(**{**_run(i, offset=50 + i).__dict__, "event": {
+        "event_id": f"o-{i}", "data": {"card": "c1", "note": "x" * 1_800}}})
+
+
+@pytest.mark.cluster
+def test_hbase_a_write_leaves_in_one_send(monkeypatch):
+    """A call of 60 runs (~120 KB) goes out in one ``send``: a 4 KiB transport buffer sent it
+    in ~30 (each after a ``poll``), a third of the writer's CPU."""
+    from thriftpy2.transport import TSocket
+
+    from runner.runstore.hbase import HBaseRunStore
+
+    s = HBaseRunStore(endpoints.HBASE_THRIFT_HOST, endpoints.HBASE_THRIFT_PORT,
+                      f"runs_test_{uuid.uuid4().hex[:12]}")
+    try:
+        s.put_many([_big_run(0)], writer_id=2)  # the connection opened
+        sends = []
+        real_write = TSocket.write
+        monkeypatch.setattr(TSocket, "write", lambda sock, data: (
+            sends.append(len(data)), real_write(sock, data))[1])
+        s.put_many([_big_run(i) for i in range(60)], writer_id=2)
+        assert len(sends) == 1 and sends[0] > 100_000
+        assert s.get("r59") == _big_run(59)
+    finally:
+        s.close()
+
+
+@pytest.mark.cluster
+def test_hbase_write_reopens_a_broken_connection(monkeypatch):
+    """The Thrift server closes idle connections: a write that fails on the socket is sent
+    again, whole, on a fresh connection."""
+    from thriftpy2.transport import TSocket
+
+    from runner.runstore.hbase import HBaseRunStore
+
+    s = HBaseRunStore(endpoints.HBASE_THRIFT_HOST, endpoints.HBASE_THRIFT_PORT,
+                      f"runs_test_{uuid.uuid4().hex[:12]}")
+    try:
+        s.put_many([_run(1, offset=3)], writer_id=2)
+        opened, failures = [], [1]
+        real_open, real_write = TSocket.open, TSocket.write
+
+        def write(sock, data):
+            if failures:
+                failures.pop()
+                raise BrokenPipeError("closed by the server")
+            real_write(sock, data)
+
+        monkeypatch.setattr(TSocket, "open", lambda sock: (opened.append(1), real_open(sock))[1])
+        monkeypatch.setattr(TSocket, "write", write)
+        s.put_many([_run(1, offset=8, state="decided")], writer_id=2)
+        assert len(opened) == 1 and not failures
+        assert s.get("r1").offset == 8
+    finally:
+        s.close()
+
+
 def _legacy_cells(run: RunRecord) -> dict[bytes, bytes]:
     """A run row as releases before ``path:record`` wrote it: one cell per field."""
     return {
