@@ -442,7 +442,10 @@ def test_a_node_reads_as_a_follower_until_it_leads_and_again_once_deposed(cluste
     a.election.elect(1)
     assert wait_for(lambda: a.is_leader and a._reader is None)
     assert b._reader.follower
-    a.submit(ops.KIND, ops.put("x", 1), WAIT_S).result(WAIT_S)
+    x = a.submit(ops.KIND, ops.put("x", 1), WAIT_S).result(WAIT_S)
+    # b has applied all a wrote when elected (a follower nobody waits on lingers between
+    # polls: elected before it applied x, it would read x across the gap as a leader does)
+    assert b.wait_applied(x.offset, WAIT_S)
     a.election.depose()
     b.election.elect(2)
     assert wait_for(lambda: b.is_leader and b._reader is None and a._reader.follower)
@@ -566,3 +569,29 @@ def test_a_refused_leader_started_is_sent_again(sending_cluster):
     log.refuse_sends = False
     assert wait_for(lambda: a.is_leader)
     assert a.submit(ops.KIND, ops.put("k", 1), WAIT_S).result(WAIT_S).offset == 1
+
+
+def test_a_follower_nobody_waits_on_lingers_and_a_waiter_wakes_it(cluster, monkeypatch):
+    """Between polls a follower lets records gather (``follower_linger_s``) unless someone
+    waits on its applied offset: a read of its own write, or a request forwarded through it,
+    is answered without waiting out the linger."""
+    import time
+
+    from replog import node as node_module
+
+    log, (a, b, c) = cluster
+    a.election.elect(1)
+    assert wait_for(lambda: a.is_leader)
+    start = a.submit(ops.KIND, ops.put("k", 0), WAIT_S).result(WAIT_S)
+    assert b.wait_applied(start.offset, WAIT_S) and c.wait_applied(start.offset, WAIT_S)
+    monkeypatch.setattr(node_module, "follower_linger_s", 60.0)  # far beyond every wait here
+    first = a.submit(ops.KIND, ops.put("k", 1), WAIT_S).result(WAIT_S)
+    assert wait_for(lambda: b.applied_offset >= first.offset)  # then b lingers: nobody waits
+    assert wait_for(lambda: c.applied_offset >= first.offset)
+    second = a.submit(ops.KIND, ops.put("k", 2), WAIT_S).result(WAIT_S)
+    time.sleep(0.3)
+    assert b.applied_offset < second.offset  # still lingering
+    assert b.wait_applied(second.offset, WAIT_S) and b.sm.get("k") == 2  # woken by the waiter
+    assert c.applied_offset < second.offset
+    forwarded = c.submit(ops.KIND, ops.put("k", 3), WAIT_S).result(WAIT_S)  # c lingered too
+    assert c.applied_offset >= forwarded.offset and c.sm.get("k") == 3
