@@ -1310,7 +1310,10 @@ impl StreamCore {
             // a cell points to.
             let w = out_cols.len();
             let rows = if self.out_block > 0 { self.out_block } else { OUT_BLOCK };
-            let (mut tags, mut bits) = (vec![0u8; rows * w], vec![0u64; rows * w]);
+            // Lists (no `kinds`) keep no block: their values go into their lists at once.
+            let arrow = kinds.is_some();
+            let cells = if arrow { rows * w } else { 0 };
+            let (mut tags, mut bits) = (vec![0u8; cells], vec![0u64; cells]);
             let mut slow: Vec<Low> = vec![];
             let mut r = 0; // the row's place in the block
             // Key ids found ahead (`find_ahead`): row i's in slot i % (AHEAD + 1).
@@ -1382,7 +1385,7 @@ impl StreamCore {
                                 }
                             }
                         }
-                        for j in c..c + m {
+                        for j in (c..c + m).filter(|_| arrow) {
                             tags[j * rows + r] = tags[(j - m) * rows + r];
                             bits[j * rows + r] = bits[(j - m) * rows + r];
                         }
@@ -1416,11 +1419,15 @@ impl StreamCore {
                 }
                 r += 1;
                 if r == rows {
-                    flush_cells(py, &mut out_cols, &tags, &bits, rows, r, &mut slow, &self.strings);
+                    if arrow {
+                        flush_cells(py, &mut out_cols, &tags, &bits, rows, r, &mut slow, &self.strings);
+                    }
                     r = 0;
                 }
             }
-            flush_cells(py, &mut out_cols, &tags, &bits, rows, r, &mut slow, &self.strings);
+            if arrow {
+                flush_cells(py, &mut out_cols, &tags, &bits, rows, r, &mut slow, &self.strings);
+            }
             Ok(())
         };
         let r = run();
