@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from runner.settings import Settings
 
 lookup_runs_max = 1_000  # a lookup returns at most this many runs
+_chars_always_fit = keys.value_bytes_max // 4  # index values this long fit in any encoding
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,24 @@ class RunRecord:
         return None if value is None else str(value)
 
     def index_values(self) -> list[tuple[str, str]]:
-        pairs = [("order", self.order_id), ("card", self.card), ("customer", self.customer),
-                 ("event", self.event_id)]
+        """(kind, value) of each index row: ``order_id``, ``card``, ``customer``, ``event_id``
+        (those set)."""
+        data = self.event.get("data") or {}
+        card, customer = data.get("card"), data.get("customer")
+        pairs = (("order", str(data.get("order_id") or self.event_id)),
+                 ("card", None if card is None else str(card)),
+                 ("customer", None if customer is None else str(customer)),
+                 ("event", self.event_id))
         # In bytes, as ``keys.index_prefix`` checks: a value it refuses would fail the whole
-        # batch for ever (the API refuses such events; this keeps older logs writable).
+        # batch for ever (the API refuses such events; this keeps older logs writable). A
+        # character is at most 4 bytes of UTF-8: a short value needs no encoding to know.
         return [(k, v) for k, v in pairs
-                if v and "/" not in v and len(v.encode()) <= keys.value_bytes_max]
+                if v and "/" not in v and (len(v) <= _chars_always_fit
+                                           or len(v.encode()) <= keys.value_bytes_max)]
+
+    def index_keys(self) -> list[bytes]:
+        """The keys of the run's index rows (``keys.index_key`` of each ``index_values``)."""
+        return keys.index_keys(self.index_values(), self.run_id)
 
     def to_json(self) -> bytes:
         # orjson serializes a dataclass itself: no deep copy of the event and path (asdict);

@@ -30,6 +30,7 @@ the writer thread's CPU. Reads use happybase's pool.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import defaultdict
 
@@ -58,19 +59,23 @@ RECORD = b"path:record"
 
 def _mutations(run: RunRecord) -> list[BatchMutation]:
     """The run row and its index rows, as Thrift mutations (built directly: happybase's
-    ``Batch.put`` costs as much again per cell)."""
-    cells = ((RECORD, run.to_json()), (b"path:state", run.state.encode()),
-             (b"path:offset", str(run.offset).encode()),
-             (b"decision:name", (run.decision or "").encode()))
-    out = [BatchMutation(keys.run_key(run.run_id),
-                         [Mutation(isDelete=False, column=c, value=v, writeToWAL=True)
-                          for c, v in cells])]
-    # every index row of the run holds the same cell: one mutation, only read when sent
-    cell = [Mutation(isDelete=False, column=b"index:run", value=run.run_id.encode(),
-                     writeToWAL=True)]
-    for kind, value in run.index_values():
-        out.append(BatchMutation(keys.index_key(kind, value, run.run_id), cell))
+    ``Batch.put`` costs as much again per cell). Mutations are only read when sent, so one
+    object serves every row that holds the same cell."""
+    run_id = run.run_id.encode()
+    out = [BatchMutation(keys.run_key(run.run_id), [
+        Mutation(False, RECORD, run.to_json(), True), _cell(b"path:state", run.state),
+        Mutation(False, b"path:offset", b"%d" % run.offset, True),
+        _cell(b"decision:name", run.decision or "")])]
+    cell = [Mutation(False, b"index:run", run_id, True)]  # the same in each index row
+    for key in run.index_keys():
+        out.append(BatchMutation(key, cell))
     return out
+
+
+@functools.lru_cache(maxsize=256)
+def _cell(column: bytes, value: str) -> Mutation:
+    """A put of a value many runs share (a state, a decision's name), made once."""
+    return Mutation(False, column, value.encode(), True)
 
 
 def _record(run_id: str, row: dict[bytes, bytes]) -> RunRecord:

@@ -31,5 +31,19 @@ def index_key(kind: str, value: str, run_id: str) -> bytes:
     return index_prefix(kind, value) + run_id.encode()
 
 
+def index_keys(pairs: list[tuple[str, str]], run_id: str) -> list[bytes]:
+    """``index_key`` of each (kind, value) of one run, for values already checked as
+    ``index_prefix`` checks them (``RunRecord.index_values``): one hash per distinct value (an
+    order's id is often its event id), no second check."""
+    hashed: dict[str, str] = {}
+    out = []
+    for kind, value in pairs:
+        prefix = hashed.get(value)
+        if prefix is None:
+            prefix = hashed[value] = hash_prefix(value)
+        out.append(f"{kind}/{prefix}/{value}/{run_id}".encode())
+    return out
+
+
 def run_id_of_index_key(key: bytes) -> str:
     return key.rsplit(b"/", 1)[1].decode()

@@ -30,8 +30,8 @@ class RocksRunStore:
                 if not run.newer_than(None if old is None else RunRecord.from_json(old)):
                     continue
                 batch.put(key, run.to_json())
-                for kind, value in run.index_values():
-                    batch.put(keys.index_key(kind, value, run.run_id), b"")
+                for ikey in run.index_keys():
+                    batch.put(ikey, b"")
             self._db.write(batch)
 
     def get(self, run_id: str) -> RunRecord | None:

@@ -185,6 +185,47 @@ def test_hbase_rows_read_in_the_one_cell_layout_and_the_older_one():
                           keys.index_key("event", "o-7", "r7")]
 
 
+def test_hbase_cells_of_a_run():
+    """The bytes each cell of a run holds, and every mutation a put written to the WAL."""
+    from runner.runstore.hbase import _mutations
+
+    for run, state, decision in ((_full_run(9), b"decided", b"approve"),
+                                 (_full_run(12, "waiting"), b"waiting", b"")):
+        batches = _mutations(run)
+        assert {m.column: m.value for m in batches[0].mutations} == {
+            b"path:record": run.to_json(),
+            b"path:state": state, b"path:offset": str(run.offset).encode(),
+            b"decision:name": decision}
+        assert batches[0].row == keys.run_key("r7")
+        for b in batches[1:]:
+            assert [(m.column, m.value) for m in b.mutations] == [(b"index:run", b"r7")]
+        assert all(m.isDelete is False and m.writeToWAL is True
+                   for b in batches for m in b.mutations)
+
+
+def _event_data_cases() -> list[dict | None]:
+    too_long = "\U0001f600" * 129  # 516 bytes: refused though 129 characters
+    return [
+        None, {}, {"card": "c1", "customer": "u1"}, {"order_id": "ord-1", "card": 4242},
+        {"card": "", "customer": None, "order_id": ""}, {"card": "a/b", "customer": "u/2"},
+        {"card": "x" * 512, "customer": "x" * 513}, {"card": "é" * 256, "customer": "é" * 257},
+        {"card": "\U0001f600" * 128, "customer": too_long}, {"order_id": too_long},
+    ]
+
+
+def test_index_values_and_keys():
+    """The values indexed (set, no '/', at most 512 bytes of UTF-8) and their keys, the same
+    as ``keys.index_key`` makes of each (which checks them again)."""
+    for data in _event_data_cases():
+        event = {"event_id": "o-1"} if data is None else {"event_id": "o-1", "data": data}
+        run = RunRecord(**{**_run(1).__dict__, "event": event})
+        expected = [(k, v) for k, v in (("order", run.order_id), ("card", run.card),
+                                         ("customer", run.customer), ("event", run.event_id))
+                    if v and "/" not in v and len(v.encode()) <= keys.value_bytes_max]
+        assert run.index_values() == expected
+        assert run.index_keys() == [keys.index_key(k, v, "r1") for k, v in expected]
+
+
 @pytest.mark.cluster
 def test_hbase_reads_rows_an_older_release_wrote():
     """Rows in the older layout, on the real HBase: get and lookup read them, and a newer
