@@ -12,6 +12,14 @@ poll, and apply on caches other processes used while the loop slept.
 
     .venv/bin/python bench/follower_loop.py               # 5 x 10 ms, 10 x 20 ms, all at once
     .venv/bin/python bench/follower_loop.py --quick       # fewer orders (noisy)
+    .venv/bin/python bench/follower_loop.py --arrival     # records arriving at 500/s, fetched
+                                                          # every 10 ms (as from Kafka), the
+                                                          # loop lingering 0 and 20 ms
+
+With ``--arrival`` the reader is Kafka-like: the measured records arrive at ``arrival_rate``
+per second, a fetch every ``fetch_ms`` takes what arrived, and a poll returns what was fetched
+(or waits for the next fetch); the follower's ``replog.node.follower_linger_s`` is set per
+row, so the rows compare what its linger does at the same arrivals.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.apply_cost import build_feed, feed_parser  # noqa: E402
 from bench.harness import Report, spread  # noqa: E402
+from replog import node as node_module  # noqa: E402
 from replog.entry import Entry  # noqa: E402
 from replog.node import Node  # noqa: E402
 from replog.testing.memlog import ManualElection  # noqa: E402
@@ -77,6 +86,41 @@ class PacedReader:
         pass
 
 
+arrival_rate = 500.0  # records per second (--arrival)
+fetch_ms = 10.0  # a follower's fetch wait (replog.kafka.follower_fetch_wait_max_ms)
+LINGERS_MS = (0.0, 20.0)  # --arrival rows: replog.node.follower_linger_s in ms
+
+
+class FetchingReader(PacedReader):
+    """Hands out everything before ``measured_from`` at once, then (once ``go`` is set) the
+    records that arrived at ``arrival_rate`` by the last ``fetch_ms`` boundary, waiting for
+    the next boundary when none is fetched yet (a Kafka reader's local queue)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.t0: float | None = None
+
+    def poll(self, timeout_s: float, records_max: int) -> list[tuple[int, bytes]]:
+        if self.at >= len(self.records) or self.at < self.measured_from:
+            return super().poll(timeout_s, records_max)
+        if not self.go.is_set():
+            self.go.wait(timeout_s)
+            return []
+        now = time.monotonic()
+        if self.t0 is None:
+            self.t0 = now
+        fetch_s = fetch_ms / 1000
+        fetches = (now - self.t0) // fetch_s  # whole fetches so far
+        end = self.measured_from + int(fetches * fetch_ms * arrival_rate / 1000)
+        if end <= self.at:  # nothing fetched yet: wait for the next fetch
+            time.sleep(max(0.0, min(timeout_s, self.t0 + (fetches + 1) * fetch_s - now)))
+            fetches = (time.monotonic() - self.t0) // fetch_s
+            end = self.measured_from + int(fetches * fetch_ms * arrival_rate / 1000)
+        out = self.records[self.at:min(end, len(self.records), self.at + records_max)]
+        self.at += len(out)
+        return out
+
+
 class MemoryLog:
     def __init__(self, make_reader) -> None:
         self._make_reader = make_reader
@@ -105,13 +149,14 @@ def records_of(feed) -> list[tuple[int, bytes]]:
 
 
 def run(records: list[tuple[int, bytes]], measured_from: int, orders: int, per_wake: int,
-        gap_ms: float) -> tuple[float, float]:
+        gap_ms: float, arriving: bool = False) -> tuple[float, float]:
     """(loop thread CPU µs per order, process CPU µs per order) over the measured records."""
     scratch = Path(tempfile.mkdtemp(prefix="railflow-follower-loop-"))
     sm = RunnerStateMachine(scratch / "node")
     go = threading.Event()
-    log = MemoryLog(lambda start: PacedReader(records, start, measured_from, per_wake,
-                                              gap_ms / 1000, go))
+    reader = FetchingReader if arriving else PacedReader
+    log = MemoryLog(lambda start: reader(records, start, measured_from, per_wake,
+                                         gap_ms / 1000, go))
     node = Node(sm, log, ManualElection({"leader": "http://leader"}), node_id="follower",
                 advertise_url="http://follower", on_effects=lambda entry, effects: None)
     node.start()
@@ -145,13 +190,29 @@ def run(records: list[tuple[int, bytes]], measured_from: int, orders: int, per_w
 
 
 def main() -> None:
-    args = feed_parser(__doc__.splitlines()[0]).parse_args()
+    ap = feed_parser(__doc__.splitlines()[0])
+    ap.add_argument("--arrival", action="store_true",
+                    help=f"records arriving at {arrival_rate:g}/s, fetched every {fetch_ms:g} "
+                         f"ms, the follower lingering {' and '.join(map(str, LINGERS_MS))} ms")
+    args = ap.parse_args()
     gcpolicy.for_serving()
     orders = args.orders or (3_000 if args.quick else 10_000)
     repeats = args.repeats or (1 if args.quick else 3)
     feed, measured_from, _ = build_feed(orders, args.seed, confirm_every=confirm_every_orders)
     records = records_of(feed)
-    report = Report("follower_loop", args.quick)
+    report = Report("follower_loop_arrival" if args.arrival else "follower_loop", args.quick)
+    if args.arrival:
+        for linger_ms in LINGERS_MS:
+            node_module.follower_linger_s = linger_ms / 1000
+            results = [run(records, measured_from, orders, 0, 0.0, arriving=True)
+                       for _ in range(repeats)]
+            report.add(what=f"{arrival_rate:g}/s fetched every {fetch_ms:g} ms, linger "
+                            f"{linger_ms:g} ms", orders=orders, repeats=repeats,
+                       loop_us_per_order=spread([t for t, _ in results]),
+                       process_us_per_order=spread([c for _, c in results]))
+        report.write(["what", "orders", "repeats", "loop_us_per_order", "process_us_per_order"])
+        return
+    node_module.follower_linger_s = 0.0  # these rows pace the wakeups themselves
     for per_wake, gap_ms in SETTINGS:
         results = [run(records, measured_from, orders, per_wake, gap_ms) for _ in range(repeats)]
         report.add(what=(f"{per_wake} records per poll, {gap_ms:g} ms apart" if per_wake
