@@ -275,6 +275,17 @@ class Engine:
             return {}
         return sp.core.ingest(event, ts_ms)
 
+    def ingest_by_name(self, stream: str, event: Mapping[str, Any], ts_ms: int) -> dict[str, Any]:
+        """``ingest``, its values in the sorted order of the metric names: the same dict as
+        ``{k: v[k] for k in sorted(v)}`` of ``ingest``'s, made natively (with W1's 240 values
+        the sort and the copy in Python cost twice the event's ingest)."""
+        if type(ts_ms) is not int:
+            ts_ms = int(ts_ms)
+        sp = self._plan.streams.get(stream)
+        if sp is None:
+            return {}
+        return sp.core.ingest(event, ts_ms, True)
+
     def ingest_many(self, stream: str, ts_ms: Any, columns: Any, *,
                     arrow: bool = False) -> dict[str, Any]:
         """Feed a batch of events given as columns; returns each metric's values as a column.

@@ -179,3 +179,31 @@ def test_a_dropped_plan_frees_its_native_core_and_reservoir():
     del plan
     gc.collect()
     assert ref() is None
+
+
+def test_ingest_by_name_is_ingest_sorted_by_name(tmp_path):
+    """``ingest_by_name`` (what the service stores per run) is ``ingest``'s dict in the sorted
+    order of the names, value and type, also after metrics are added and dropped."""
+    opts = dict(fsync=False, chunk_bytes_target=1024, segment_bytes_max=8192)
+    a, b = Engine(tmp_path / "a", **opts), Engine(tmp_path / "b", **opts)
+    for e in (a, b):
+        for m in METRICS:
+            e.define(m)
+    late = ("SELECT SUM(amount) AS a_late, COUNT(*) AS z_late FROM payments GROUP BY card "
+            "RANGE 1 HOURS")
+    stream = events(300, 11)
+    for i, (t, ev) in enumerate(stream):
+        if i == 100:
+            for e in (a, b):
+                e.define(late)
+        if i == 200:
+            for e in (a, b):
+                e.drop("s5")
+        want = a.ingest("payments", ev, t)
+        got = b.ingest_by_name("payments", ev, t)
+        assert list(got) == sorted(want)
+        assert got == want
+        assert [type(v) for v in got.values()] == [type(want[k]) for k in got]
+    assert b.ingest_by_name("other", {}, 0) == {}
+    for e in (a, b):
+        e.close()

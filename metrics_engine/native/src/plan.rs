@@ -800,6 +800,8 @@ pub struct StreamCore {
     /// handed to the reservoir: a closing chunk's payload, moved to the writer whole.
     ojson: Vec<u8>,
     template: Option<(Py<PyDict>, bool)>,
+    /// `template` with the names in sorted order (`ingest`'s `by_name`).
+    template_by_name: Option<Py<PyDict>>,
     /// The JSON of the events' top-level keys, by key object (json.rs).
     json_keys: crate::json::KeyCache,
     /// Whether `ingest` asks the CPU for an event's values before it reads them
@@ -909,6 +911,27 @@ impl StreamCore {
         let distinct = t.len() == n;
         self.template = Some((t.clone().unbind(), distinct));
         Ok((t, distinct))
+    }
+
+    /// `template` with its names in sorted order (code points, as Python's `sorted`): a copy
+    /// of it keeps that order whatever order the values are set in.
+    fn template_by_name<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if let Some(t) = &self.template_by_name {
+            return Ok(t.bind(py).clone());
+        }
+        let mut names: Vec<(String, Py<PyString>)> = vec![];
+        for o in &self.outputs {
+            for (name, _, _) in &o.metrics {
+                names.push((name.bind(py).to_str()?.to_owned(), name.clone_ref(py)));
+            }
+        }
+        names.sort_by(|a, b| a.0.cmp(&b.0)); // UTF-8 byte order is code point order
+        let t = presized_dict(py, names.len())?;
+        for (_, name) in &names {
+            t.set_item(name.bind(py), py.None())?;
+        }
+        self.template_by_name = Some(t.clone().unbind());
+        Ok(t)
     }
 
     /// Lower one value of field `f` (a non-scalar raises `MetricInputError` naming `f`).
@@ -2063,7 +2086,7 @@ impl StreamCore {
             strings: Interner::default(), cur: Row::default(), tmp: Row::default(),
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
             chunk_map: Chunks::default(), batch: None, scratch: Default::default(), npreds: None,
-            trim_due: false, ojson: vec![b'['], template: None,
+            trim_due: false, ojson: vec![b'['], template: None, template_by_name: None,
             json_keys: Default::default(), prefetch_events: true, reused: 0,
             look_ahead: true, out_block: 0,
             lazy_min_tables: LAZY_MIN_TABLES, row_len: None, columnar: true,
@@ -2298,6 +2321,7 @@ impl StreamCore {
         self.preds = preds;
         self.lowered.clear(); // rows of the old plan's width
         self.template = None; // names of the old plan's outputs
+        self.template_by_name = None;
         self.core.plan_lazy(&self.cursors, self.lazy_min_tables);
         // Outputs of lazy tables that fold alike (lazy.rs) read one fold for a raw key: the
         // values of the output before, when its states are that very fold (`states_id`).
@@ -2322,8 +2346,10 @@ impl StreamCore {
     }
 
     /// Feed one event at `ts` (clamped here to the last event's time: time never goes back,
-    /// see `Engine.ingest`); returns every metric of the stream for it.
-    fn ingest<'py>(&mut self, py: Python<'py>, event: &Bound<'py, PyAny>, ts: i64)
+    /// see `Engine.ingest`); returns every metric of the stream for it, in output order, or
+    /// (`by_name`) in the sorted order of the names.
+    #[pyo3(signature = (event, ts, by_name=false))]
+    fn ingest<'py>(&mut self, py: Python<'py>, event: &Bound<'py, PyAny>, ts: i64, by_name: bool)
                    -> PyResult<Bound<'py, PyDict>> {
         let ts = match self.counters.borrow(py).last_ts {
             Some(last) if ts < last => last,
@@ -2332,7 +2358,7 @@ impl StreamCore {
         self.trace.begin();
         self.step(py, event, ts)?;
         let (template, distinct) = self.template(py)?;
-        let out = template.copy()?;
+        let out = if by_name { self.template_by_name(py)?.copy()? } else { template.copy()? };
         // The last output's values (see `Output::same_as_prev`).
         let mut vals: Vec<Bound<'py, PyAny>> = vec![];
         let mut last: StatesId = (0, 0, 0);
