@@ -40,6 +40,8 @@ const LOWERED_CHUNKS_MAX: usize = 256;
 /// Events a cursor feeding no window passes per call (more than the one event a call adds,
 /// so it catches up).
 pub const IDLE_STEP_MAX: u32 = 64;
+/// Rows a head's next evictions are asked of the CPU ahead of (`prefetch_evictions`).
+const EVICT_AHEAD: usize = 2;
 
 /// A chunk's events as lowered rows (row-major, `fields` values, `preds` flags and one key
 /// id per key space each).
@@ -1733,14 +1735,19 @@ impl StreamCore {
             if lw.ts.len() <= c.idx || lw.ts[c.idx] > lim {
                 continue;
             }
-            let kids = &lw.kids[c.idx * kwidth..(c.idx + 1) * kwidth];
-            for &w in &c.evicts {
-                for route in &self.core.windows[w].routes {
-                    for g in &route.groups {
-                        let tb = &self.core.tables[g.table];
-                        let (r, space) = (kids[tb.space], &self.core.spaces[tb.space]);
-                        if r.id != u32::MAX && space.valid(r.id, r.gen) {
-                            tb.prefetch(space, r.id);
+            // The row after the next too, whether this event or a later one evicts it: its
+            // states are then on their way an event ahead (W1 evicts about a row an event,
+            // and asked for only just before, the miss was still most of `evict_row`).
+            for idx in c.idx..lw.ts.len().min(c.idx + EVICT_AHEAD) {
+                let kids = &lw.kids[idx * kwidth..(idx + 1) * kwidth];
+                for &w in &c.evicts {
+                    for route in &self.core.windows[w].routes {
+                        for g in &route.groups {
+                            let tb = &self.core.tables[g.table];
+                            let (r, space) = (kids[tb.space], &self.core.spaces[tb.space]);
+                            if r.id != u32::MAX && space.valid(r.id, r.gen) {
+                                tb.prefetch(space, r.id);
+                            }
                         }
                     }
                 }
