@@ -288,14 +288,20 @@ def typed_column(c: Any) -> tuple:
             lo, hi = (int(offs[0]), int(offs[-1])) if len(offs) else (0, 0)
             data = data_buf.slice(lo, hi - lo).to_pybytes() if data_buf is not None else b""
             return ("s", valid, (offs - lo).tobytes(), data)
+        # A column with no nulls is taken as it is: `fill_null` would copy it whole, and
+        # `astype` again when its type is already the one sent (about 0.05 us per event
+        # of W1's 17 columns).
+        full = c.null_count == 0
         if pa.types.is_boolean(t):
-            return ("b", valid, c.fill_null(False).to_numpy(zero_copy_only=False)
-                    .astype(np.uint8).tobytes())
+            return ("b", valid, (c if full else c.fill_null(False))
+                    .to_numpy(zero_copy_only=False).astype(np.uint8).tobytes())
         if pa.types.is_integer(t) and not (pa.types.is_uint64(t) and c.null_count < len(c)
                                            and pc.max(c).as_py() > I64_MAX):
-            return ("i", valid, c.fill_null(0).to_numpy().astype(np.int64).tobytes())
+            return ("i", valid, (c if full else c.fill_null(0)).to_numpy()
+                    .astype(np.int64, copy=False).tobytes())
         if pa.types.is_float32(t) or pa.types.is_float64(t):
-            return ("f", valid, c.fill_null(0).to_numpy().astype(np.float64).tobytes())
+            return ("f", valid, (c if full else c.fill_null(0)).to_numpy()
+                    .astype(np.float64, copy=False).tobytes())
         return ("o", None, arrow_values(c))
     if isinstance(c, np.ndarray) and c.ndim == 1:
         if c.dtype.kind == "b":
