@@ -125,6 +125,19 @@ def run_replog(node: Node, rate: int, seconds: float) -> dict:
     return summarize(*open_loop(rate, seconds, send))
 
 
+class _DefaultsReader(KafkaLogReader):
+    """``KafkaLogReader``'s poll and close over a consumer with librdkafka's default settings
+    (the untuned peer)."""
+
+    def __init__(self, topic: str) -> None:  # not the base's tuned consumer
+        self._topic = topic
+        self._closed = False
+        self._consumer = Consumer({"bootstrap.servers": endpoints.KAFKA_BOOTSTRAP,
+                                   "group.id": f"replog-bench-{uuid.uuid4().hex}",
+                                   "enable.auto.commit": False})
+        self._consumer.assign([TopicPartition(topic, 0, 0)])
+
+
 def run_raw_kafka(rate: int, seconds: float, tuned: bool = True) -> dict:
     """The peer: produce → consume on a bare topic, no replog; ``tuned=False`` leaves
     librdkafka's defaults (bar durability: idempotent, acks=all)."""
@@ -136,11 +149,7 @@ def run_raw_kafka(rate: int, seconds: float, tuned: bool = True) -> dict:
         ensure_topic(endpoints.KAFKA_BOOTSTRAP, topic)
         producer = Producer({"bootstrap.servers": endpoints.KAFKA_BOOTSTRAP,
                              "enable.idempotence": True, "acks": "all"})
-        reader = KafkaLogReader.__new__(KafkaLogReader)
-        reader._consumer = Consumer({"bootstrap.servers": endpoints.KAFKA_BOOTSTRAP,
-                                     "group.id": f"replog-bench-{uuid.uuid4().hex}",
-                                     "enable.auto.commit": False})
-        reader._consumer.assign([TopicPartition(topic, 0, 0)])
+        reader = _DefaultsReader(topic)
     waiting: dict[int, object] = {}
     lock = threading.Lock()
     stop = threading.Event()
