@@ -24,6 +24,7 @@ sets the tail at every checkpoint).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -106,7 +107,9 @@ def main() -> None:
     new = statistics.median(samples["new"]["wall"])
     report.target("capture_pause_ms_p50", new, "ms", PAUSE_TARGET_MS, higher_is_better=False,
                   note=f"{orders} W3 orders, old path p50 "
-                       f"{statistics.median(samples['old']['wall']):.1f} ms, NOISY")
+                       f"{statistics.median(samples['old']['wall']):.1f} ms, load "
+                       f"{os.getloadavg()[0]:.1f} at the end (wall above CPU is waiting "
+                       f"for a core)")
     report.write(["mode", "captures", "wall_ms_p50", "wall_ms_max", "cpu_ms_p50", "cpu_ms_max",
                   "dump_ms_p50", "walls"])
 
