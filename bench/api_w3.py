@@ -6,7 +6,12 @@ workflow with W1's metrics. A load generator in a separate process sends synthet
 a fixed arrival rate (500, 1,000, 2,000/s) over persistent HTTP/1.1 connections; each
 request's latency runs from its *intended* send time (coordinated omission corrected) to the
 last byte of the answer, recorded in an HdrHistogram after an uncounted warm-up. The leader
-also reports the log round trip (append → applied on the leader) for the same interval.
+also reports the log round trip (append → applied on the leader) for the same interval, and
+``bench/census.py``'s account of the machine's CPU second by second over the row (busy cores,
+each node's and server's share, each node thread's CPU and its wait for a core), with the
+seconds that held a round trip over 25 ms set beside the others: whether the tail comes with a
+busy machine or from inside a node. Each row's seconds go to ``bench/results/
+api_w3_census.json``.
 
 Peers, measured in the same run:
 - ``score API``: the same load against the leader's ``POST /demo/score`` (the scoring call
@@ -60,6 +65,7 @@ from hdrh.histogram import HdrHistogram
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.census import Census, format_summary  # noqa: E402
 from runner import signing  # noqa: E402
 from runner.demo import OrderGenerator  # noqa: E402
 from runner.nodes import NodeCluster, free_base_port  # noqa: E402
@@ -254,11 +260,46 @@ def percentiles(hist: HdrHistogram) -> dict[str, float]:
             "max_ms": ms(hist.get_max_value()), "min_ms": ms(hist.get_min_value())}
 
 
-def leader_round_trip(leader_url: str, secret: str) -> dict[str, float]:
+def take_round_trips(leader_url: str, secret: str) -> HdrHistogram:
+    """The leader's log round trips since the last call (the call starts a new histogram)."""
     path = "/internal/v1/round-trip"
     body = httpx.post(leader_url + path, timeout=10,
                       headers=signing.internal_headers(secret, "POST", path)).json()
-    return percentiles(HdrHistogram.decode(body["hdr"].encode()))
+    return HdrHistogram.decode(body["hdr"].encode())
+
+
+def node_threads(url: str, secret: str) -> dict[int, str]:
+    path = "/internal/v1/threads"
+    body = httpx.get(url + path, timeout=10,
+                     headers=signing.internal_headers(secret, "GET", path)).json()
+    return {t["id"]: t["name"] for t in body["threads"]}
+
+
+def start_census(cluster: NodeCluster, leader_url: str, secret: str) -> Census:
+    """A ``bench/census.py`` sampler over the three nodes and infra/'s servers, with the
+    leader's round trips taken each second."""
+    processes = {n.node_id + (" (leader)" if n.url == leader_url else ""): n.proc.pid
+                 for n in cluster.nodes.values()}
+    processes.update(infra_pids())
+    nodes = {n.node_id + (" (leader)" if n.url == leader_url else ""):
+             (n.proc.pid, lambda url=n.url: node_threads(url, secret))
+             for n in cluster.nodes.values()}
+    census = Census(processes, nodes, lambda: take_round_trips(leader_url, secret))
+    census.start()
+    return census
+
+
+def infra_pids() -> dict[str, int]:
+    """The cluster's server processes (infra/'s PID files), name -> pid."""
+    from infra import procs
+    from infra.cluster import SERVERS
+    out = {}
+    for server in SERVERS:
+        for p in server.processes:
+            pid = procs.pid_of(p.name)
+            if pid:
+                out[p.name] = pid
+    return out
 
 
 def ensure_cluster() -> bool:
@@ -305,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     cluster = NodeCluster(data_dir, topic, 3, base_port=free_base_port(3),
                           env={"RAILFLOW_DEMO_SCORER": "true"})
     results: list[dict[str, Any]] = []
+    censuses: list[dict[str, Any]] = []
     try:
         cluster.start()
         leader = cluster.wait_ready()
@@ -317,9 +359,13 @@ def main(argv: list[str] | None = None) -> int:
             plan.append(("decision API via all 3 nodes (peer)", "/v1/events", all_urls, 1000))
         for seed, (name, path, targets, rate) in enumerate(plan):
             secret = cluster.shared_secrets["cluster_secret"]
-            leader_round_trip(leader.url, secret)  # reset
+            take_round_trips(leader.url, secret)  # reset
+            # The census spans the warm-up too (the generator does not say when it ends), as
+            # the row's round trips always did.
+            census = start_census(cluster, leader.url, secret)
             load = generate(args.generator, targets, path, cluster.api_key, rate, duration,
                             warmup, seed + 1, tick_us=args.loadgen_tick_us)
+            census_summary = census.stop()
             row = {"name": name, "rate": rate, "duration_s": duration,
                    "generator": args.generator, **load["percentiles"], "errors": load["errors"],
                    "decisions": load["decisions"], "reconnects": load.get("reconnects", 0),
@@ -329,14 +375,17 @@ def main(argv: list[str] | None = None) -> int:
                    "generator_cpu_us_per_request": load["generator_cpu_us_per_request"],
                    "loadgen_cpu_ok": (load["generator_cpu_us_per_request"]
                                       <= GENERATOR_CPU_US_PER_REQUEST_MAX)}
+            row["census"] = census_summary
+            censuses.append({"name": name, "rate": rate, "seconds": census.seconds})
             if path == "/v1/events":
-                row["log_round_trip"] = leader_round_trip(leader.url, secret)
+                row["log_round_trip"] = percentiles(census.round_trips)
             results.append(row)
             print(f"  {name} @ {rate}/s: p50 {row['p50_ms']} ms, p99 {row['p99_ms']} ms, "
                   f"p99.9 {row['p999_ms']} ms, errors {row['errors']}, "
                   f"reconnects {row['reconnects']}, generator "
                   f"{row['generator_cpu_us_per_request']} µs CPU/request "
                   f"(loadgen_cpu_ok {row['loadgen_cpu_ok']})", flush=True)
+            print(format_summary(census_summary), flush=True)
     finally:
         cluster.stop()
         if started_cluster:
@@ -384,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))
     print(f"wrote {path.relative_to(ROOT)}")
+    per_second = path.with_name("api_w3_census.json")
+    per_second.write_text(json.dumps(censuses))
+    print(f"wrote {per_second.relative_to(ROOT)} (each row's samples, second by second)")
     return 0
 
 

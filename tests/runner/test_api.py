@@ -222,7 +222,8 @@ def test_demo_score_app(api):
 def test_internal_routes_need_the_cluster_secret_or_an_admin(api):
     client, svc = api
     bare = {"Authorization": ""}
-    for method, path in (("POST", "/internal/v1/round-trip"), ("GET", "/internal/v1/digests")):
+    for method, path in (("POST", "/internal/v1/round-trip"), ("GET", "/internal/v1/digests"),
+                         ("GET", "/internal/v1/threads")):
         assert client.request(method, path, headers=bare).status_code == 401
         assert client.request(method, path).status_code == 401  # a client key is not enough
         signed = signing.internal_headers(svc.settings.resolved_cluster_secret(), method, path)
@@ -231,6 +232,19 @@ def test_internal_routes_need_the_cluster_secret_or_an_admin(api):
                                          "/internal/v1/elsewhere")
         assert client.request(method, path, headers={**bare, **other}).status_code == 401
         assert client.request(method, path, headers=token(client, "admin")).status_code == 200
+
+
+def test_internal_threads_names_this_process_threads(api):
+    client, svc = api
+    path = "/internal/v1/threads"
+    signed = signing.internal_headers(svc.settings.resolved_cluster_secret(), "GET", path)
+    body = client.get(path, headers={"Authorization": "", **signed}).json()
+    import os
+    import threading
+    assert body["pid"] == os.getpid()
+    named = {t["id"]: t["name"] for t in body["threads"]}
+    assert named[threading.main_thread().native_id] == "MainThread"
+    assert all(os.path.exists(f"/proc/{os.getpid()}/task/{tid}") for tid in named)
 
 
 def test_forwarding_needs_the_cluster_secret_an_allowed_kind_and_no_replay(api):

@@ -8,6 +8,8 @@ and answers a client key or an app-signed request.
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response
@@ -124,6 +126,15 @@ def round_trip(svc: Svc, _: Internal):
     hist = svc.round_trip.take()
     return {"node_id": svc.settings.node_id, "count": hist.get_total_count(),
             "hdr": hist.encode().decode()}
+
+
+@router.get("/internal/v1/threads", include_in_schema=False)
+def threads(_: Internal):
+    """This process's id and its Python threads' kernel ids and names: the key from a thread
+    in ``/proc/<pid>/task`` (CPU, run-queue wait) to what it does (``bench/census.py``)."""
+    return {"pid": os.getpid(),
+            "threads": [{"id": t.native_id, "name": t.name} for t in threading.enumerate()
+                        if t.native_id is not None]}
 
 
 @router.get("/internal/v1/rejections", include_in_schema=False)

@@ -1,0 +1,266 @@
+"""Where the machine's CPU went during a benchmark row, second by second, beside the leader's
+log round trips of the same seconds.
+
+``bench/api_w3.py`` runs a ``Census`` over each row: every ``interval_s`` it reads, from the
+kernel alone, the machine's busy cores (``/proc/stat``), each watched process's CPU (the three
+nodes, the cluster's servers from infra/'s PID files, the load generator) and, for every
+thread of each node, its CPU and the time it waited runnable for a core (``schedstat``'s
+run-queue delay); and it takes the leader's round-trip histogram of that second (the endpoint
+starts a new one at each call, so the row's whole histogram is their sum). Python thread names
+come from each node's ``/internal/v1/threads``; a thread without one (librdkafka's, DuckDB's)
+goes by its kernel name with digits dropped.
+
+The summary sets the seconds whose slowest round trip passed ``slow_ms`` (P1's p99.9, 25 ms)
+beside the others: if those seconds had the busier machine or a thread waiting longer for a
+core, the tail is the machine's CPU; if not, it is inside a node (the GIL, a lock, a pause).
+A waiting-for-a-core figure is exact (the scheduler's own clock); a GIL wait shows nowhere
+here (a thread waiting for the GIL sleeps).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+slow_ms_default = 25.0
+
+
+def busy_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs since boot (busy: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def process_ticks(pid: int) -> int | None:
+    """User + system clock ticks of a process (all its threads), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def thread_schedstat(pid: int) -> dict[int, tuple[int, int]]:
+    """Per thread of ``pid``: (ns on a CPU, ns waiting runnable for one)."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                run_ns, wait_ns, _ = f.read().split()
+        except (OSError, ValueError):
+            continue
+        out[int(tid)] = (int(run_ns), int(wait_ns))
+    return out
+
+
+def kernel_thread_name(pid: int, tid: int) -> str:
+    try:
+        name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+    return "native " + re.sub(r"\d+", "*", name)
+
+
+def python_thread_name(name: str) -> str:
+    """A Python thread's name without the node id or pool index it carries, so the same
+    thread of every node and every pool worker sum under one name."""
+    name = re.sub(r"-node-\d+$", "", name)      # replog-loop-node-1
+    return re.sub(r"_\d+$", "", name)           # checkpointer_0
+
+
+class Census:
+    """Samples the machine while a row runs: ``start()``, the row, ``stop()`` -> summary.
+
+    ``processes``: name -> pid of every process to account for. ``nodes``: name -> (pid, a
+    callable returning that node's ``{tid: python name}``). ``round_trip``: a callable that
+    returns the leader's round-trip histogram since its last call (and starts a new one)."""
+
+    def __init__(self, processes: dict[str, int], nodes: dict[str, tuple[int, Callable]],
+                 round_trip: Callable[[], HdrHistogram] | None = None,
+                 interval_s: float = 1.0, slow_ms: float = slow_ms_default) -> None:
+        self.processes, self.nodes, self.round_trip = processes, nodes, round_trip
+        self.interval_s, self.slow_ms = interval_s, slow_ms
+        self.seconds: list[dict[str, Any]] = []
+        self.round_trips = HdrHistogram(1, 60_000_000, 3)
+        self._names: dict[str, dict[int, str]] = {n: {} for n in nodes}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="census", daemon=True)
+
+    def start(self) -> None:
+        self._refresh_names()
+        if self.round_trip is not None:
+            self.round_trip()  # the row starts here
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        return self.summary()
+
+    # ------------------------------------------------------------ sampling
+    def _refresh_names(self) -> None:
+        for node, (_, names) in self.nodes.items():
+            try:
+                self._names[node] = {tid: python_thread_name(n) for tid, n in names().items()}
+            except Exception:  # a node that does not answer keeps its last names
+                pass
+
+    def _thread_name(self, node: str, pid: int, tid: int) -> str:
+        return self._names[node].get(tid) or kernel_thread_name(pid, tid)
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {"t": time.monotonic(), "busy": busy_ticks(),
+                "procs": {n: process_ticks(p) for n, p in self.processes.items()},
+                "threads": {n: thread_schedstat(pid) for n, (pid, _) in self.nodes.items()}}
+
+    def _run(self) -> None:
+        prev = self._snapshot()
+        last_names = time.monotonic()
+        while not self._stop.wait(self.interval_s):
+            cur = self._snapshot()
+            rt = self.round_trip() if self.round_trip is not None else None
+            self.seconds.append(self._second(prev, cur, rt))
+            prev = cur
+            if cur["t"] - last_names > 5.0:  # pool workers come and go
+                self._refresh_names()
+                last_names = cur["t"]
+
+    def _second(self, prev: dict, cur: dict, rt: HdrHistogram | None) -> dict[str, Any]:
+        wall = cur["t"] - prev["t"]
+        busy = (cur["busy"][0] - prev["busy"][0]) / CLK_TCK / wall
+        procs = {}
+        for name, ticks in cur["procs"].items():
+            before = prev["procs"].get(name)
+            if ticks is not None and before is not None:
+                procs[name] = (ticks - before) / CLK_TCK / wall
+        threads: dict[str, dict[str, list[float]]] = {}
+        for node, stats in cur["threads"].items():
+            pid = self.nodes[node][0]
+            per: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+            for tid, (run_ns, wait_ns) in stats.items():
+                run0, wait0 = prev["threads"][node].get(tid, (0, 0))
+                name = self._thread_name(node, pid, tid)
+                per[name][0] += (run_ns - run0) / 1e6 / wall      # ms on a CPU per second
+                per[name][1] += (wait_ns - wait0) / 1e6 / wall    # ms waiting for one
+            threads[node] = dict(per)
+        second: dict[str, Any] = {"busy_cores": busy, "procs": procs, "threads": threads}
+        if rt is not None:
+            self.round_trips.add(rt)
+            second["rt_count"] = rt.get_total_count()
+            second["rt_p99_ms"] = rt.get_value_at_percentile(99) / 1000
+            second["rt_max_ms"] = rt.get_max_value() / 1000
+        return second
+
+    # ------------------------------------------------------------ summary
+    def summary(self) -> dict[str, Any]:
+        secs = self.seconds
+        if not secs:
+            return {"seconds": 0}
+        slow = [s for s in secs if s.get("rt_max_ms", 0) > self.slow_ms]
+        rest = [s for s in secs if s.get("rt_max_ms", 0) <= self.slow_ms]
+        busy = [s["busy_cores"] for s in secs]
+        out: dict[str, Any] = {
+            "seconds": len(secs), "cores": os.cpu_count(),
+            "busy_cores": {"mean": _r(statistics.fmean(busy)), "p90": _r(_pct(busy, 90)),
+                           "max": _r(max(busy))},
+            "process_cores": {n: _r(_mean(secs, lambda s, n=n: s["procs"].get(n)))
+                              for n in self.processes},
+            "threads": self._thread_table(secs),
+            "slow_ms": self.slow_ms, "slow_seconds": len(slow),
+        }
+        if self.round_trip is not None and slow and rest:
+            out["slow_vs_rest"] = {
+                "busy_cores": [_r(_mean(slow, lambda s: s["busy_cores"])),
+                               _r(_mean(rest, lambda s: s["busy_cores"]))],
+                "process_cores": {n: [_r(_mean(slow, lambda s, n=n: s["procs"].get(n))),
+                                      _r(_mean(rest, lambda s, n=n: s["procs"].get(n)))]
+                                  for n in self.processes},
+                "thread_wait_ms_per_s": self._wait_slow_vs_rest(slow, rest),
+            }
+        return out
+
+    def _thread_table(self, secs: list[dict]) -> dict[str, dict[str, list[float]]]:
+        """Per node, per thread name: [CPU ms per s, run-queue wait ms per s], over the row;
+        threads under 1 ms of CPU per second left out."""
+        out: dict[str, dict[str, list[float]]] = {}
+        for node in self.nodes:
+            acc: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+            for s in secs:
+                for name, (run, wait) in s["threads"].get(node, {}).items():
+                    acc[name][0] += run / len(secs)
+                    acc[name][1] += wait / len(secs)
+            out[node] = {n: [_r(r), _r(w)] for n, (r, w) in
+                         sorted(acc.items(), key=lambda kv: -kv[1][0]) if r >= 1.0}
+        return out
+
+    def _wait_slow_vs_rest(self, slow: list[dict], rest: list[dict]) -> dict[str, Any]:
+        """Per node's busiest threads: run-queue wait ms per s in slow seconds and in the rest."""
+        table = self._thread_table(slow + rest)
+        out: dict[str, Any] = {}
+        for node, threads in table.items():
+            out[node] = {name: [_r(_mean(secs, _thread_wait(node, name))) for secs in (slow, rest)]
+                         for name in list(threads)[:6]}
+        return out
+
+
+def format_summary(c: dict[str, Any]) -> str:
+    """A few lines for the console: busy cores, who used them, the slow seconds."""
+    if not c.get("seconds"):
+        return "  census: no sample"
+    lines = [f"  census over {c['seconds']} s: busy cores mean {c['busy_cores']['mean']} / "
+             f"p90 {c['busy_cores']['p90']} / max {c['busy_cores']['max']} of {c['cores']}; "
+             "cores by process: " + ", ".join(f"{n} {v}" for n, v in
+                                              sorted(c["process_cores"].items(),
+                                                     key=lambda kv: -(kv[1] or 0)))]
+    for node, threads in c["threads"].items():
+        top = list(threads.items())[:6]
+        lines.append(f"    {node} threads (CPU / run-queue wait, ms per s): " + ", ".join(
+            f"{n} {r}/{w}" for n, (r, w) in top))
+    if "slow_vs_rest" in c:
+        sv = c["slow_vs_rest"]
+        lines.append(f"  {c['slow_seconds']} s with a round trip over {c['slow_ms']} ms: busy "
+                     f"cores {sv['busy_cores'][0]} against {sv['busy_cores'][1]} in the rest")
+        moved = sorted(sv["process_cores"].items(),
+                       key=lambda kv: -abs((kv[1][0] or 0) - (kv[1][1] or 0)))[:4]
+        lines.append("    cores slow/rest: " + ", ".join(f"{n} {a}/{b}" for n, (a, b) in moved))
+        for node, threads in sv["thread_wait_ms_per_s"].items():
+            lines.append(f"    {node} run-queue wait slow/rest (ms per s): " + ", ".join(
+                f"{n} {a}/{b}" for n, (a, b) in threads.items()))
+    return "\n".join(lines)
+
+
+def _thread_wait(node: str, name: str) -> Callable[[dict], float]:
+    return lambda s: s["threads"].get(node, {}).get(name, [0.0, 0.0])[1]
+
+
+def _mean(secs: list[dict], value: Callable[[dict], float | None]) -> float | None:
+    vals = [v for v in map(value, secs) if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def _pct(vals: list[float], q: float) -> float:
+    ordered = sorted(vals)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+
+def _r(v: float | None) -> float | None:
+    return None if v is None else round(v, 3)
