@@ -284,7 +284,10 @@ def start_census(cluster: NodeCluster, leader_url: str, secret: str) -> Census:
     nodes = {n.node_id + (" (leader)" if n.url == leader_url else ""):
              (n.proc.pid, lambda url=n.url: node_threads(url, secret))
              for n in cluster.nodes.values()}
-    census = Census(processes, nodes, lambda: take_round_trips(leader_url, secret))
+    from infra import paths
+    gc_logs = {p.name.removesuffix("-gc.log"): p for p in paths.LOG_DIR.glob("*-gc.log")}
+    census = Census(processes, nodes, lambda: take_round_trips(leader_url, secret),
+                    gc_logs=gc_logs)
     census.start()
     return census
 

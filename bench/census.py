@@ -14,7 +14,9 @@ The summary sets the seconds whose slowest round trip passed ``slow_ms`` (P1's p
 beside the others: if those seconds had the busier machine or a thread waiting longer for a
 core, the tail is the machine's CPU; if not, it is inside a node (the GIL, a lock, a pause).
 A waiting-for-a-core figure is exact (the scheduler's own clock); a GIL wait shows nowhere
-here (a thread waiting for the GIL sleeps).
+here (a thread waiting for the GIL sleeps). The JVM servers' collector pauses come from their
+GC logs (infra/'s ``<logs>/<main class>-gc.log``), per server over the row and within the slow
+seconds.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,25 @@ from hdrh.histogram import HdrHistogram
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 slow_ms_default = 25.0
+# "[2026-11-24T16:24:04.231+0000][12.345s] GC(3) Pause Young (Normal) (...) 24M->5M(256M) 3.456ms"
+_GC_PAUSE = re.compile(r"^\[([^\]]+)\]\[[^\]]+\] GC\(\d+\) (Pause \w+).* ([\d.]+)ms$")
+
+
+def gc_pauses(log: Path, since: float, until: float) -> list[tuple[float, float, str]]:
+    """(wall-clock end, ms, kind) of each collector pause a JVM's GC log holds in a window."""
+    out = []
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        m = _GC_PAUSE.match(line)
+        if not m:
+            continue
+        at = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+        if since <= at <= until:
+            out.append((at, float(m.group(3)), m.group(2).strip()))
+    return out
 
 
 def busy_ticks() -> tuple[int, int]:
@@ -92,12 +114,15 @@ class Census:
 
     ``processes``: name -> pid of every process to account for. ``nodes``: name -> (pid, a
     callable returning that node's ``{tid: python name}``). ``round_trip``: a callable that
-    returns the leader's round-trip histogram since its last call (and starts a new one)."""
+    returns the leader's round-trip histogram since its last call (and starts a new one).
+    ``gc_logs``: server name -> its JVM's GC log."""
 
     def __init__(self, processes: dict[str, int], nodes: dict[str, tuple[int, Callable]],
                  round_trip: Callable[[], HdrHistogram] | None = None,
-                 interval_s: float = 1.0, slow_ms: float = slow_ms_default) -> None:
+                 interval_s: float = 1.0, slow_ms: float = slow_ms_default,
+                 gc_logs: dict[str, Path] | None = None) -> None:
         self.processes, self.nodes, self.round_trip = processes, nodes, round_trip
+        self.gc_logs = gc_logs or {}
         self.interval_s, self.slow_ms = interval_s, slow_ms
         self.seconds: list[dict[str, Any]] = []
         self.round_trips = HdrHistogram(1, 60_000_000, 3)
@@ -128,7 +153,7 @@ class Census:
         return self._names[node].get(tid) or kernel_thread_name(pid, tid)
 
     def _snapshot(self) -> dict[str, Any]:
-        return {"t": time.monotonic(), "busy": busy_ticks(),
+        return {"t": time.monotonic(), "wall": time.time(), "busy": busy_ticks(),
                 "procs": {n: process_ticks(p) for n, p in self.processes.items()},
                 "threads": {n: thread_schedstat(pid) for n, (pid, _) in self.nodes.items()}}
 
@@ -162,7 +187,8 @@ class Census:
                 per[name][0] += (run_ns - run0) / 1e6 / wall      # ms on a CPU per second
                 per[name][1] += (wait_ns - wait0) / 1e6 / wall    # ms waiting for one
             threads[node] = dict(per)
-        second: dict[str, Any] = {"busy_cores": busy, "procs": procs, "threads": threads}
+        second: dict[str, Any] = {"wall": [prev["wall"], cur["wall"]], "busy_cores": busy,
+                                  "procs": procs, "threads": threads}
         if rt is not None:
             self.round_trips.add(rt)
             second["rt_count"] = rt.get_total_count()
@@ -187,6 +213,8 @@ class Census:
             "threads": self._thread_table(secs),
             "slow_ms": self.slow_ms, "slow_seconds": len(slow),
         }
+        if self.gc_logs:
+            out["gc_pauses"] = self._gc_summary(secs, slow)
         if self.round_trip is not None and slow and rest:
             out["slow_vs_rest"] = {
                 "busy_cores": [_r(_mean(slow, lambda s: s["busy_cores"])),
@@ -196,6 +224,20 @@ class Census:
                                   for n in self.processes},
                 "thread_wait_ms_per_s": self._wait_slow_vs_rest(slow, rest),
             }
+        return out
+
+    def _gc_summary(self, secs: list[dict], slow: list[dict]) -> dict[str, Any]:
+        """Per JVM: pauses over the row (count, total ms, max ms) and those in slow seconds."""
+        since, until = secs[0]["wall"][0], secs[-1]["wall"][1]
+        out = {}
+        for name, log in self.gc_logs.items():
+            pauses = gc_pauses(log, since, until)
+            in_slow = [ms for at, ms, _ in pauses
+                       if any(s["wall"][0] <= at <= s["wall"][1] for s in slow)]
+            out[name] = {"count": len(pauses), "total_ms": _r(sum(p[1] for p in pauses)),
+                         "max_ms": _r(max((p[1] for p in pauses), default=0.0)),
+                         "in_slow_seconds": len(in_slow),
+                         "in_slow_total_ms": _r(sum(in_slow))}
         return out
 
     def _thread_table(self, secs: list[dict]) -> dict[str, dict[str, list[float]]]:
@@ -245,6 +287,11 @@ def format_summary(c: dict[str, Any]) -> str:
         for node, threads in sv["thread_wait_ms_per_s"].items():
             lines.append(f"    {node} run-queue wait slow/rest (ms per s): " + ", ".join(
                 f"{n} {a}/{b}" for n, (a, b) in threads.items()))
+    if c.get("gc_pauses"):
+        lines.append("  JVM pauses (count, total ms, max ms; in slow seconds: count, ms): " +
+                     ", ".join(f"{n} {g['count']}/{g['total_ms']}/{g['max_ms']}; "
+                               f"{g['in_slow_seconds']}/{g['in_slow_total_ms']}"
+                               for n, g in c["gc_pauses"].items() if g["count"]))
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 
+from infra import paths
 from infra.errors import InfraError
 
 JAVA_VERSION_MIN = 17
@@ -41,11 +42,14 @@ def java_bin() -> str:
 
 def argv(main: str, classpath: str, heap_mb: int, props: dict[str, str] | None = None,
          args: list[str] | None = None, extra_jvm: list[str] | None = None) -> list[str]:
-    """``java <flags> -cp <classpath> <main> <args>`` for one server."""
+    """``java <flags> -cp <classpath> <main> <args>`` for one server. Its collections go to
+    ``<logs>/<main class>-gc.log`` with wall-clock times, to set a pause beside a latency."""
+    gc_log = paths.LOG_DIR / f"{main.rsplit('.', 1)[-1].lower()}-gc.log"
     flags = [
         f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m",
         "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:ParallelGCThreads=2",
         "-XX:ConcGCThreads=1", "-XX:CICompilerCount=2", "-XX:+ExitOnOutOfMemoryError",
+        f"-Xlog:gc:file={gc_log}:time,uptime:filecount=2,filesize=16m",
         "-Djava.net.preferIPv4Stack=true", "-Djava.awt.headless=true",
         *ADD_OPENS,
     ]

@@ -58,3 +58,20 @@ def test_census_names_a_busy_thread_and_sums_the_round_trips():
     assert summary["process_cores"]["me"] is not None
     assert "slow_vs_rest" in summary and "me" in summary["slow_vs_rest"]["process_cores"]
     assert "spinner" in format_summary(summary)
+
+
+def test_gc_pauses_are_read_from_a_jvm_log_within_the_window(tmp_path):
+    from bench.census import gc_pauses
+    log = tmp_path / "kafka-gc.log"
+    log.write_text(
+        "[2026-11-24T16:24:04.231+0000][0.003s] Using G1\n"
+        "[2026-11-24T16:24:05.000+0000][1.2s] GC(0) Pause Young (Normal) (G1 Evacuation Pause)"
+        " 24M->5M(256M) 3.456ms\n"
+        "[2026-11-24T16:24:09.500+0000][5.7s] GC(1) Pause Remark 30M->30M(256M) 1.5ms\n"
+        "[2026-11-24T16:25:00.000+0000][61s] GC(2) Pause Young (Normal) (G1 Evacuation Pause)"
+        " 24M->5M(256M) 9.0ms\n")
+    from datetime import datetime
+    t = lambda s: datetime.fromisoformat(s).timestamp()  # noqa: E731
+    got = gc_pauses(log, t("2026-11-24T16:24:04+00:00"), t("2026-11-24T16:24:10+00:00"))
+    assert [(ms, kind) for _, ms, kind in got] == [(3.456, "Pause Young"), (1.5, "Pause Remark")]
+    assert got[0][0] == t("2026-11-24T16:24:05+00:00")
