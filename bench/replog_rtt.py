@@ -14,7 +14,9 @@ no replog, no apply) at the same rates — the floor the log adapter sits on; an
 round trip with librdkafka's default settings (idempotent, acks=all, nothing else) at the P2
 rate — what the one-record tuning buys. Anchor: Sift reports < 10 ms p99 "with thousands of
 requests per second".
-Target P2: p99 ≤ 5 ms at 2,000 entries/s.
+Target P2: p99 ≤ 5 ms at 2,000 entries/s. Each row also gives what its records cost the
+broker (``broker_cpu_us_per_record``: the Kafka process's CPU over the row, per record), the
+price of the settings that buy the latency.
 
 Usage: ``.venv/bin/python bench/replog_rtt.py [--quick] [--machine dict|duckdb]``.
 ZooKeeper and Kafka are started when down (and stopped again only if this run started them).
@@ -43,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
+from bench.census import CLK_TCK, process_ticks  # noqa: E402
 from infra import endpoints  # noqa: E402
 from replog import Node  # noqa: E402
 from replog.kafka import KafkaLog, KafkaLogReader, ensure_topic  # noqa: E402
@@ -203,6 +206,19 @@ def ensure_cluster() -> bool:
     return all(r.action == "started" for r in reports)
 
 
+def broker_ticks() -> int | None:
+    """The Kafka broker's CPU clock ticks so far (infra/'s process), None if not ours."""
+    from infra import procs
+    pid = procs.pid_of("kafka")
+    return process_ticks(pid) if pid else None
+
+
+def per_record_us(before: int | None, after: int | None, records: int) -> float | None:
+    if before is None or after is None or not records:
+        return None
+    return round((after - before) / CLK_TCK * 1e6 / records, 1)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
@@ -272,7 +288,9 @@ def main() -> int:
                 subjects.append(
                     ("kafka-defaults", lambda r: run_raw_kafka(r, seconds, tuned=False)))
             for subject, fn in subjects:
+                broker_before = broker_ticks()
                 runs = [fn(rate) for _ in range(repeats)]
+                broker_after = broker_ticks()
                 p99s = [r["p99_ms"] for r in runs]
                 results.append(
                     {
@@ -288,6 +306,10 @@ def main() -> int:
                         },
                         "p999_ms": statistics.median(r["p999_ms"] for r in runs),
                         "failures": sum(r["failures"] for r in runs),
+                        # what each record cost the broker (its whole process: requests,
+                        # the KRaft controller, collections), for the settings of the row
+                        "broker_cpu_us_per_record": per_record_us(
+                            broker_before, broker_after, sum(r["count"] for r in runs)),
                     }
                 )
         applied_offset = node.applied_offset
@@ -314,7 +336,7 @@ def main() -> int:
     )
     print(
         f"{'subject':<14} {'rate/s':>7} {'p50 ms':>8} {'p99 ms (min/med/max)':>24} "
-        f"{'p99.9 ms':>9} {'fail':>5} {'×raw':>6} {'×Sift':>6}"
+        f"{'p99.9 ms':>9} {'fail':>5} {'×raw':>6} {'×Sift':>6} {'broker µs/rec':>14}"
     )
     for r in results:
         q = r["p99_ms"]
@@ -322,7 +344,7 @@ def main() -> int:
             f"{r['subject']:<14} {r['rate_per_s']:>7} {r['p50_ms']:>8.2f} "
             f"{q['min']:>7.2f}/{q['median']:>7.2f}/{q['max']:>7.2f} {r['p999_ms']:>9.2f} "
             f"{r['failures']:>5} {r['p99_ratio_vs_kafka_raw']:>6.2f} "
-            f"{r['p99_ratio_vs_sift_anchor']:>6.2f}"
+            f"{r['p99_ratio_vs_sift_anchor']:>6.2f} {r['broker_cpu_us_per_record']!s:>14}"
         )
     p2 = next(r for r in results if r["subject"] == "replog" and r["rate_per_s"] == P2_RATE)
     targets = {
