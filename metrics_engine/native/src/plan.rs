@@ -628,16 +628,21 @@ impl Core {
     fn evicts_row(&self, ws: &[usize], kids: &[KeyRef]) -> bool {
         for &w in ws {
             let Some(s) = self.lazy_window[w] else { return true };
-            let r = kids[s];
-            if r.id == u32::MAX {
-                return true;
-            }
-            if self.logs[s].as_ref().is_some_and(|ls| ls.maybe_eager(r.id) && ls.is_eager(r.id, r.gen))
-                && self.spaces[s].valid(r.id, r.gen) {
+            if self.key_may_evict(s, kids[s]) {
                 return true;
             }
         }
         false
+    }
+
+    /// Whether a lazy head of key space `s` may have to evict a row whose key id there is
+    /// `r`: the id is not known (a row lowered again from the reservoir: `evict` looks the
+    /// key up), or its key is eager in the space (and the id still the key's).
+    #[inline]
+    fn key_may_evict(&self, s: usize, r: KeyRef) -> bool {
+        r.id == u32::MAX
+            || (self.logs[s].as_ref().is_some_and(|ls| ls.maybe_eager(r.id) && ls.is_eager(r.id, r.gen))
+                && self.spaces[s].valid(r.id, r.gen))
     }
 
     /// Whether some lazy head may evict the row whose key ids are `kids` (`evicts_row` is true
@@ -646,16 +651,7 @@ impl Core {
     /// (which moves it), and an id's eagerness is otherwise only lost (its generation moves
     /// on when it is freed).
     fn row_hot(&self, kids: &[KeyRef]) -> bool {
-        for (s, r) in kids.iter().enumerate() {
-            if r.id == u32::MAX {
-                return true;
-            }
-            if self.logs[s].as_ref().is_some_and(|ls| ls.maybe_eager(r.id) && ls.is_eager(r.id, r.gen))
-                && self.spaces[s].valid(r.id, r.gen) {
-                return true;
-            }
-        }
-        false
+        kids.iter().enumerate().any(|(s, &r)| self.key_may_evict(s, r))
     }
 
     /// Whether the row's key is eager in a lazy space (its lazy tables' states are read for
