@@ -8,7 +8,7 @@ read as doubles.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -103,20 +103,28 @@ def read_plan(criteria: list[CompiledCriterion]) -> ReadPlan:
     return ReadPlan(records, apps_read, apps, tuple(flat), groups)
 
 
+def flat_values(plan: ReadPlan, ctx: StepContext) -> Iterator[tuple[str, Any, bool]]:
+    """The node's flat variables present in ``ctx``: (variable name, value as the record holds
+    it, whether an int is read as a double). Each source is looked up once; a field absent
+    from its record (or an app that did not run) gives no variable. What ``activation``
+    converts and ``workflows.direct`` checks."""
+    for record, app_id, as_double, pairs in plan.groups:
+        source = ctx.apps.get(app_id) if app_id is not None else getattr(ctx, record)
+        if source is None:
+            continue
+        for key, var in pairs:
+            if key in source:
+                yield var, source[key], as_double
+
+
 def activation(plan: ReadPlan, ctx: StepContext) -> tuple[cel.Context | None, str | None]:
     """A CEL context holding only the fields the node's criteria read."""
     variables: dict[str, Any] = {}
     try:
-        for record, app_id, as_double, pairs in plan.groups:
-            source = ctx.apps.get(app_id) if app_id is not None else getattr(ctx, record)
-            if source is None:
-                continue
-            for key, var in pairs:
-                if key in source:
-                    value = source[key]
-                    if as_double and type(value) is int:
-                        value = float(value)  # a score of 85 reads as 85.0
-                    variables[var] = value
+        for var, value, as_double in flat_values(plan, ctx):
+            if as_double and type(value) is int:
+                value = float(value)  # a score of 85 reads as 85.0
+            variables[var] = value
         for name, fields in plan.records:
             variables[name] = pick(getattr(ctx, name), fields, name != "event")
         if plan.apps_read:

@@ -30,6 +30,8 @@ from typing import Any
 
 from lark import Token, Tree
 
+from workflows.activation import ReadPlan, StepContext, flat_values
+
 UNSURE = object()  # the criterion's value is CEL's to tell
 Fn = Callable[[Mapping[str, Any]], Any]  # flat variable name -> value; a value or UNSURE
 
@@ -66,35 +68,29 @@ def compile_direct(tree: Tree, flat_names: Mapping[tuple[str, ...], str]) -> Fn 
     return namespace["criterion"]
 
 
-def direct_variables(plan: Any, ctx: Any) -> dict[str, Any] | None:
-    """The node's flat variables as the activation would hold them (``workflows.activation``:
-    the fields present, scores and metrics ints as doubles), or None when one of them is a
+def direct_variables(plan: ReadPlan, ctx: StepContext) -> dict[str, Any] | None:
+    """The node's flat variables as the activation would hold them (``flat_values``: the
+    fields present, scores and metrics ints as doubles), or None when one of them is a
     value outside the subset: the node then goes through CEL whole, whose activation may
     fail on it (and fails every edge alike)."""
     variables: dict[str, Any] = {}
     try:
-        for record, app_id, as_double, pairs in plan.groups:
-            source = ctx.apps.get(app_id) if app_id is not None else getattr(ctx, record)
-            if source is None:
-                continue
-            for key, var in pairs:
-                if key in source:
-                    value = source[key]
-                    t = value.__class__
-                    if t is float:
-                        if not _isfinite(value):
-                            return None
-                    elif t is str:
-                        if not value.isascii():
-                            return None
-                    elif t is int:
-                        if not _INT_MIN <= value <= _INT_MAX:
-                            return None
-                        if as_double:
-                            value = float(value)  # a score of 85 reads as 85.0
-                    elif t is not bool and value is not None:
-                        return None
-                    variables[var] = value
+        for var, value, as_double in flat_values(plan, ctx):
+            t = value.__class__
+            if t is float:
+                if not _isfinite(value):
+                    return None
+            elif t is str:
+                if not value.isascii():
+                    return None
+            elif t is int:
+                if not _INT_MIN <= value <= _INT_MAX:
+                    return None
+                if as_double:
+                    value = float(value)  # a score of 85 reads as 85.0
+            elif t is not bool and value is not None:
+                return None
+            variables[var] = value
     except Exception:  # noqa: BLE001 - odd context data: CEL's activation tells
         return None
     return variables

@@ -61,6 +61,19 @@ def _with_frames(tmp: Path) -> tuple[Path, Path]:
     return tmp / "data", tmp / "snap"
 
 
+def _refused_untouched(tmp: Path, data: Path, snap: Path, match: str) -> None:
+    """Opening ``data`` and restoring ``snap`` are both refused with ``match``, and neither
+    changes a byte of either."""
+    before = {root: _files(root) for root in (data, snap)}
+    with pytest.raises(InvariantViolation, match=match):
+        Engine(data, **OPTS)
+    other = Engine(tmp / "other", **OPTS)
+    with pytest.raises(InvariantViolation, match=match):
+        other.restore(snap)
+    other.close()
+    assert {root: _files(root) for root in (data, snap)} == before
+
+
 def test_a_directory_and_a_snapshot_holding_frames_say_format_5(tmp_path):
     data, snap = _with_frames(tmp_path)
     for root in (data, snap):
@@ -70,19 +83,11 @@ def test_a_directory_and_a_snapshot_holding_frames_say_format_5(tmp_path):
 
 def test_an_engine_of_format_4_refuses_them_and_truncates_nothing(tmp_path, monkeypatch):
     data, snap = _with_frames(tmp_path)
-    before = {root: _files(root) for root in (data, snap)}
     # The build before frames: it read format 4 only and took any record not ``RFC1`` for a
     # torn write (it truncated the segment there).
     monkeypatch.setattr(engine_mod, "FORMATS_READ", (4,))
     monkeypatch.setattr(reservoir_mod, "MAGIC_COLUMNS", MAGIC)
-    with pytest.raises(InvariantViolation, match="engine format 5, this engine reads formats 4 "
-                                                 "only"):
-        Engine(data, **OPTS)
-    other = Engine(tmp_path / "other", **OPTS)
-    with pytest.raises(InvariantViolation, match="engine format 5"):
-        other.restore(snap)
-    other.close()
-    assert {root: _files(root) for root in (data, snap)} == before
+    _refused_untouched(tmp_path, data, snap, "engine format 5, this engine reads formats 4 only")
 
 
 def test_a_format_4_directory_opens_and_says_5_from_then_on(tmp_path):
@@ -105,12 +110,5 @@ def test_a_format_it_does_not_read_is_refused_untouched(tmp_path, version):
         meta = orjson.loads((root / "engine.json").read_bytes())
         meta["version"] = version
         (root / "engine.json").write_bytes(orjson.dumps(meta))
-    before = {root: _files(root) for root in (data, snap)}
-    with pytest.raises(InvariantViolation, match=f"engine format {version!r}, this engine "
-                                                 f"reads formats 4, 5 only"):
-        Engine(data, **OPTS)
-    other = Engine(tmp_path / "other", **OPTS)
-    with pytest.raises(InvariantViolation, match="engine format"):
-        other.restore(snap)
-    other.close()
-    assert {root: _files(root) for root in (data, snap)} == before
+    _refused_untouched(tmp_path, data, snap,
+                       f"engine format {version!r}, this engine reads formats 4, 5 only")
