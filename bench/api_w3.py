@@ -260,12 +260,13 @@ def percentiles(hist: HdrHistogram) -> dict[str, float]:
             "max_ms": ms(hist.get_max_value()), "min_ms": ms(hist.get_min_value())}
 
 
-def take_round_trips(leader_url: str, secret: str) -> HdrHistogram:
-    """The leader's log round trips since the last call (the call starts a new histogram)."""
+def take_round_trips(leader_url: str, secret: str) -> tuple[HdrHistogram, list]:
+    """The leader's log round trips since the last call (the call starts a new histogram),
+    and its cyclic collector's runs over the same time."""
     path = "/internal/v1/round-trip"
     body = httpx.post(leader_url + path, timeout=10,
                       headers=signing.internal_headers(secret, "POST", path)).json()
-    return HdrHistogram.decode(body["hdr"].encode())
+    return HdrHistogram.decode(body["hdr"].encode()), body["collections"]["runs"]
 
 
 def node_threads(url: str, secret: str) -> dict[int, str]:

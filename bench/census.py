@@ -114,11 +114,13 @@ class Census:
 
     ``processes``: name -> pid of every process to account for. ``nodes``: name -> (pid, a
     callable returning that node's ``{tid: python name}``). ``round_trip``: a callable that
-    returns the leader's round-trip histogram since its last call (and starts a new one).
+    returns the leader's round-trip histogram since its last call (and starts a new one) and
+    its cyclic collector's runs over the same time
+    (``[[generation, wall ms, CPU ms, objects freed], ...]``).
     ``gc_logs``: server name -> its JVM's GC log."""
 
     def __init__(self, processes: dict[str, int], nodes: dict[str, tuple[int, Callable]],
-                 round_trip: Callable[[], HdrHistogram] | None = None,
+                 round_trip: Callable[[], tuple[HdrHistogram, list]] | None = None,
                  interval_s: float = 1.0, slow_ms: float = slow_ms_default,
                  gc_logs: dict[str, Path] | None = None) -> None:
         self.processes, self.nodes, self.round_trip = processes, nodes, round_trip
@@ -169,7 +171,8 @@ class Census:
                 self._refresh_names()
                 last_names = cur["t"]
 
-    def _second(self, prev: dict, cur: dict, rt: HdrHistogram | None) -> dict[str, Any]:
+    def _second(self, prev: dict, cur: dict,
+                rt: tuple[HdrHistogram, list] | None) -> dict[str, Any]:
         wall = cur["t"] - prev["t"]
         busy = (cur["busy"][0] - prev["busy"][0]) / CLK_TCK / wall
         procs = {}
@@ -190,10 +193,12 @@ class Census:
         second: dict[str, Any] = {"wall": [prev["wall"], cur["wall"]], "busy_cores": busy,
                                   "procs": procs, "threads": threads}
         if rt is not None:
-            self.round_trips.add(rt)
-            second["rt_count"] = rt.get_total_count()
-            second["rt_p99_ms"] = rt.get_value_at_percentile(99) / 1000
-            second["rt_max_ms"] = rt.get_max_value() / 1000
+            hist, collections = rt
+            self.round_trips.add(hist)
+            second["rt_count"] = hist.get_total_count()
+            second["rt_p99_ms"] = hist.get_value_at_percentile(99) / 1000
+            second["rt_max_ms"] = hist.get_max_value() / 1000
+            second["leader_collections"] = collections
         return second
 
     # ------------------------------------------------------------ summary
@@ -215,6 +220,9 @@ class Census:
         }
         if self.gc_logs:
             out["gc_pauses"] = self._gc_summary(secs, slow)
+        if self.round_trip is not None:
+            out["leader_collections"] = {
+                "all": _collector_runs(secs), "in_slow_seconds": _collector_runs(slow)}
         if self.round_trip is not None and slow and rest:
             out["slow_vs_rest"] = {
                 "busy_cores": [_r(_mean(slow, lambda s: s["busy_cores"])),
@@ -287,12 +295,36 @@ def format_summary(c: dict[str, Any]) -> str:
         for node, threads in sv["thread_wait_ms_per_s"].items():
             lines.append(f"    {node} run-queue wait slow/rest (ms per s): " + ", ".join(
                 f"{n} {a}/{b}" for n, (a, b) in threads.items()))
+    if c.get("leader_collections"):
+        lc = c["leader_collections"]
+        lines.append("  leader's cyclic collector by generation (runs, total / max wall ms, "
+                     "total CPU ms, objects freed): " + ", ".join(
+                         f"gen {g} {r}/{t}/{m}/{c}/{n}"
+                         for g, (r, t, m, c, n) in lc["all"].items()) +
+                     "; in slow seconds: " + (", ".join(
+                         f"gen {g} {r}/{t}/{m}/{c}/{n}"
+                         for g, (r, t, m, c, n) in lc["in_slow_seconds"].items()) or "none"))
     if c.get("gc_pauses"):
         lines.append("  JVM pauses (count, total ms, max ms; in slow seconds: count, ms): " +
                      ", ".join(f"{n} {g['count']}/{g['total_ms']}/{g['max_ms']}; "
                                f"{g['in_slow_seconds']}/{g['in_slow_total_ms']}"
                                for n, g in c["gc_pauses"].items() if g["count"]))
     return "\n".join(lines)
+
+
+def _collector_runs(secs: list[dict]) -> dict[str, list[float]]:
+    """Per generation: [runs, total wall ms, max wall ms, total CPU ms, objects freed] of the
+    leader's cyclic collector."""
+    out: dict[str, list[float]] = {}
+    for s in secs:
+        for gen, wall, cpu, freed in s.get("leader_collections", []):
+            runs = out.setdefault(str(gen), [0, 0.0, 0.0, 0.0, 0])
+            runs[0] += 1
+            runs[1] = round(runs[1] + wall, 3)
+            runs[2] = max(runs[2], wall)
+            runs[3] = round(runs[3] + cpu, 3)
+            runs[4] += freed
+    return out
 
 
 def _thread_wait(node: str, name: str) -> Callable[[dict], float]:

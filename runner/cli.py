@@ -66,7 +66,8 @@ def serve(
     overrides = {k: v for k, v in (("host", host), ("port", port), ("node_id", node_id),
                                    ("server", server)) if v is not None}
     settings = Settings(**overrides)
-    gcpolicy.for_serving(settings.gil_switch_ms)
+    gcpolicy.for_serving(settings.gil_switch_ms, freeze_survivors=settings.gc_freeze_survivors,
+                         full_every=settings.gc_full_every_s)
     service = Service(settings)
     key, password, key_file = demo_credentials(settings.data_dir, service.auth)
     url = settings.url

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     # (bench/apply_cost.py --serving-gc, the flusher and apply contending) and did not lower
     # the full P1 run's tail (docs/latency.md).
     gil_switch_ms: float = Field(default=5.0, gt=0, le=100)
+    # The cyclic collector of a serving process (``runner.gcpolicy``): freeze what survives a
+    # young collection, and collect the whole heap every ``gc_full_every_s`` (0: never).
+    gc_freeze_survivors: bool = True
+    gc_full_every_s: float = Field(default=900.0, ge=0)
     # Under uvicorn, orders are served below ASGI (``runner.api.transport``): no task, no
     # receive/send per order. Off only to measure the gain.
     lean_orders: bool = True

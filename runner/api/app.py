@@ -83,5 +83,7 @@ def app_from_env() -> FastAPI:
     from runner import gcpolicy
     from runner.settings import Settings
 
-    gcpolicy.for_serving(Settings().gil_switch_ms)
+    settings = Settings()
+    gcpolicy.for_serving(settings.gil_switch_ms, freeze_survivors=settings.gc_freeze_survivors,
+                         full_every=settings.gc_full_every_s)
     return create_app(on_started=gcpolicy.settle)

@@ -30,11 +30,13 @@ def test_python_thread_names_drop_node_ids_and_pool_indexes():
 def test_census_names_a_busy_thread_and_sums_the_round_trips():
     values = iter([[500], [40_000, 600], [700], [800]] + [[]] * 100)
 
-    def round_trip() -> HdrHistogram:
+    collected = iter([[], [[2, 30.0, 3.0, 7]], [[0, 0.5, 0.25, 0]]] + [[]] * 100)
+
+    def round_trip() -> tuple[HdrHistogram, list]:
         h = HdrHistogram(1, 60_000_000, 3)
         for v in next(values):
             h.record_value(v)
-        return h
+        return h, next(collected)
 
     stop = threading.Event()
     spinner = threading.Thread(target=_spin, args=(stop,), name="spinner-node-1")
@@ -57,6 +59,9 @@ def test_census_names_a_busy_thread_and_sums_the_round_trips():
     assert threads["spinner"][0] > 0  # CPU ms per second, under its Python name
     assert summary["process_cores"]["me"] is not None
     assert "slow_vs_rest" in summary and "me" in summary["slow_vs_rest"]["process_cores"]
+    assert summary["leader_collections"]["all"] == {"2": [1, 30.0, 30.0, 3.0, 7],
+                                                    "0": [1, 0.5, 0.5, 0.25, 0]}
+    assert summary["leader_collections"]["in_slow_seconds"] == {"2": [1, 30.0, 30.0, 3.0, 7]}
     assert "spinner" in format_summary(summary)
 
 

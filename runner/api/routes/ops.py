@@ -17,7 +17,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from replog.errors import NotLeader, ReplogError
-from runner import forwarder, signing
+from runner import forwarder, gcpolicy, signing
 from runner import operations as ops
 from runner.api.deps import Admin, Internal, Svc, _bearer
 from runner.api.models import HealthPublic, ScorePublic, ScoreRequest, TokenPublic, TokenRequest
@@ -122,10 +122,11 @@ def digests(svc: Svc, _: Internal):
 @router.post("/internal/v1/round-trip", include_in_schema=False)
 def round_trip(svc: Svc, _: Internal):
     """The log round trips (append → applied) this node timed as leader since the last call,
-    as a base64 HdrHistogram of microseconds; the call starts a new histogram."""
+    as a base64 HdrHistogram of microseconds, and the cyclic collector's runs over the same
+    time (``runner.gcpolicy.collections``); the call starts a new histogram."""
     hist = svc.round_trip.take()
     return {"node_id": svc.settings.node_id, "count": hist.get_total_count(),
-            "hdr": hist.encode().decode()}
+            "hdr": hist.encode().decode(), "collections": gcpolicy.collections.take()}
 
 
 @router.get("/internal/v1/threads", include_in_schema=False)
