@@ -23,8 +23,9 @@ Published anchors (not re-run here): Sift < 50 ms p99 added; Railgun < 250 ms p9
 Temporal Cloud StartWorkflow p99 69-78 ms; Zeebe 8.8 p99 350 ms at ~248/s.
 
 The load generator (``--generator``): ``native`` (default) is ``bench/loadgen``, a small Rust
-open-loop generator built by ``make loadgen`` (pinned by its Cargo.lock; one thread: a
-single-threaded tokio runtime that wakes at each due time through a timerfd). ``python`` is
+open-loop generator built by ``make loadgen`` (pinned by its Cargo.lock; one thread that
+wakes at the due times, at most once a millisecond, and times each answer by the kernel's
+receive time of its last byte, so answers need no wakeup of their own). ``python`` is
 the asyncio generator below (about 100 µs per request: a fifth of a core at 2,000/s, which is
 why it is not the default). Each row reports the generator's own CPU per request
 (``generator_cpu_us_per_request``, user + system, from the generator's ``getrusage``), its
@@ -198,6 +199,7 @@ def run_load(targets: list[str], path: str, key: str, rate: float, duration_s: f
 
 
 LOADGEN = ROOT / "bench" / "loadgen" / "target" / "release" / "railflow-loadgen"
+LOADGEN_TICK_US = 1000  # bench/loadgen's own default: at most 1,000 wakeups a second
 
 
 def build_loadgen() -> Path:
@@ -207,7 +209,7 @@ def build_loadgen() -> Path:
 
 
 def run_load_native(targets: list[str], path: str, key: str, rate: float, duration_s: float,
-                    warmup_s: float, seed: int, tick_us: int = 0) -> dict[str, Any]:
+                    warmup_s: float, seed: int, tick_us: int = LOADGEN_TICK_US) -> dict[str, Any]:
     """The same load as ``run_load`` through ``bench/loadgen``; its CPU as it reports it."""
     gen = OrderGenerator(seed=seed)
     lines = []
@@ -238,7 +240,7 @@ def run_load_native(targets: list[str], path: str, key: str, rate: float, durati
     return result
 
 
-def generate(generator: str, *args: Any, tick_us: int = 0) -> dict[str, Any]:
+def generate(generator: str, *args: Any, tick_us: int = LOADGEN_TICK_US) -> dict[str, Any]:
     """Run one load with the chosen generator; ``percentiles`` holds the latency figures."""
     if generator == "native":
         return run_load_native(*args, tick_us=tick_us)
@@ -327,10 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default=None,
                         help="comma-separated rates of the leader rows (default: 500,1000,2000; "
                              "--quick: 500,1000)")
-    parser.add_argument("--loadgen-tick-us", type=int, default=0,
-                        help="bench/loadgen wakes only at multiples of this to send what is "
-                             "due (less CPU at high rates; each request up to a tick late, "
-                             "counted in its latency); 0: at each request's due time")
+    parser.add_argument("--loadgen-tick-us", type=int, default=LOADGEN_TICK_US,
+                        help="bench/loadgen's wakeups are at least this far apart (less CPU "
+                             "above one request a tick; a request due sooner after a wakeup "
+                             "goes up to a tick late, counted in its latency); 0: each at its "
+                             "due time")
     parser.add_argument("--skip-peers", action="store_true",
                         help="leave out the score-API and via-all-nodes rows")
     args = parser.parse_args(argv)

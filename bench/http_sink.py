@@ -6,10 +6,12 @@ connections and answers ``200`` with a body like an order's (``"decision":"accep
 few µs of CPU per request, so the generator's own CPU can be measured at 2,000/s on a busy
 machine. ``--idle-close-s`` closes a connection once it was idle that long (as uvicorn's
 keep-alive timeout does); ``--break-every N`` answers every N-th request it reads with the
-first line of a head only and closes the connection (a server that dies mid-answer). It
+first line of a head only and closes the connection (a server that dies mid-answer);
+``--delay-ms D`` answers each request D ms after it was read (a server of known latency). It
 prints its port on stdout once it listens.
 
-Usage: ``python bench/http_sink.py [--port 0] [--idle-close-s 5] [--break-every 0]``.
+Usage: ``python bench/http_sink.py [--port 0] [--idle-close-s 5] [--break-every 0]
+[--delay-ms 0]``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class Sink(asyncio.Protocol):
 
     idle_close_s = 0.0
     break_every = 0
+    delay_s = 0.0
     served = 0  # requests read over every connection (``break_every`` counts them)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -63,7 +66,13 @@ class Sink(asyncio.Protocol):
                 self.transport.close()
                 return
             replies += 1
-        if replies:
+        if replies and self.delay_s:
+            asyncio.get_running_loop().call_later(self.delay_s, self._reply, replies)
+        elif replies:
+            self._reply(replies)
+
+    def _reply(self, replies: int) -> None:
+        if not self.transport.is_closing():
             self.transport.write(REPLY * replies)
             self._arm()
 
@@ -84,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--idle-close-s", type=float, default=0.0)
     parser.add_argument("--break-every", type=int, default=0)
+    parser.add_argument("--delay-ms", type=float, default=0.0)
     args = parser.parse_args(argv)
     Sink.idle_close_s, Sink.break_every = args.idle_close_s, args.break_every
+    Sink.delay_s = args.delay_ms / 1000
     try:
         import uvloop
 

@@ -11,7 +11,8 @@ means anything on a busy machine. Loopback TCP charges part of the server's rece
 the sender's system time, so the figure includes some of the sink's cost.
 
 Usage: ``python bench/loadgen_cost.py [--rates 500,1000,2000] [--duration-s 8]
-[--binary PATH[:TICK_US] ...]`` (default: the ``make loadgen`` build, no tick).
+[--binary PATH[:TICK_US] ...]`` (default: the ``make loadgen`` build; without ``:TICK_US``
+a build runs with its own default tick).
 """
 
 from __future__ import annotations
@@ -50,14 +51,14 @@ def bodies_file(n: int = 2000) -> str:
 
 
 def run(binary: str, port: int, rate: float, duration_s: float, bodies: str,
-        tick_us: int = 0, warmup_s: float = 1.0, connections: int = CONNECTIONS,
+        tick_us: int | None = None, warmup_s: float = 1.0, connections: int = CONNECTIONS,
         timeout_s: float | None = None) -> dict[str, Any]:
     """One load; the generator's JSON result, with ``wait4_cpu_us_per_request``: its CPU as
     the kernel gave it to this parent (also for a build that does not report its own)."""
     cmd = [binary, "--target", f"127.0.0.1:{port}", "--path", "/v1/events", "--key", "k",
            "--rate", str(rate), "--duration-s", str(duration_s), "--warmup-s", str(warmup_s),
            "--connections", str(connections), "--bodies", bodies, "--tag", "lc"]
-    if tick_us:
+    if tick_us is not None:  # otherwise the build's own default
         cmd += ["--tick-us", str(tick_us)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE)
     killer = threading.Timer(timeout_s, proc.kill) if timeout_s else None
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.binary:
         subprocess.run(["make", "-s", "loadgen"], cwd=ROOT, check=True)
-    builds = [(b.rpartition(":")[0], int(b.rpartition(":")[2])) if ":" in b else (b, 0)
+    builds = [(b.rpartition(":")[0], int(b.rpartition(":")[2])) if ":" in b else (b, None)
               for b in (args.binary or [str(LOADGEN)])]
     sink, port = start_sink()
     bodies = bodies_file()
@@ -95,12 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         for rate in (float(r) for r in args.rates.split(",")):
             for binary, tick in builds + builds[::-1]:
                 r = run(binary, port, rate, args.duration_s, bodies, tick)
-                row = {"rate": rate, "binary": binary, "tick_us": tick,
+                row = {"rate": rate, "binary": binary, "tick_us": r.get("tick_us", tick),
                        "cpu_us_per_request": r["wait4_cpu_us_per_request"],
                        "reported_cpu_us_per_request": r.get("cpu_us_per_request"),
                        "sys_us": (round(r["cpu_sys_s"] * 1e6 / r["sent"], 1)
                                   if "cpu_sys_s" in r else None),
+                       "send_late_p50_us": r.get("send_late_p50_us"),
                        "send_late_p99_us": r.get("send_late_p99_us"), "p99_us": r["p99_us"],
+                       "wakeups": r.get("wakeups"),
                        "errors": r["errors"],
                        "loadgen_cpu_ok": r["wait4_cpu_us_per_request"] <= CPU_US_PER_REQUEST_MAX}
                 rows.append(row)

@@ -3,45 +3,60 @@
 //! Requests are due at a fixed arrival rate whatever the server does; each latency runs from
 //! the request's *intended* start to the last byte of its answer (coordinated omission
 //! corrected: a request that waits for a free connection, or behind a stalled server, counts
-//! the wait), recorded in an HdrHistogram after an uncounted warm-up. Everything runs on one
-//! thread, one single-threaded tokio runtime that owns every connection and wakes at each due
-//! time through a `timerfd` armed at that absolute time (nanosecond resolution, unlike the
-//! runtime's 1 ms timer wheel), so no other thread wakes it and no wakeup is spent on a
-//! time nothing is due: requests found due at a wakeup all go at once. The generator costs
-//! the machine it measures as little CPU as it can, and reports how much it took
-//! (`cpu_us_per_request`, from `getrusage`).
+//! the wait), recorded in an HdrHistogram after an uncounted warm-up.
+//!
+//! It costs the machine it measures as little CPU as it can (issue 12: under 5 % of a core
+//! at 2,000/s), and reports how much it took (`cpu_us_per_request`, from `getrusage`). One
+//! thread, no runtime, no allocation per request: it sleeps until the next request is due
+//! (`clock_nanosleep` on an absolute time), at most once a tick (`--tick-us`, 1 ms by
+//! default: a wakeup costs more than a request), and at that wakeup sends every request due
+//! (one `send` each, built into a reused buffer) and, every 10 ms or when half the pool is
+//! busy, reads every answer that came since (one `epoll_pwait2` that does not wait, one
+//! `recvmsg` per answer). An answer does not wake it: its end time is the kernel's receive
+//! time of its last byte (`SO_TIMESTAMPNS`), not the time it was read, so reading late loses
+//! no accuracy. Only when every connection is busy and requests wait, and while the last
+//! answers come in, does it wait on the connections.
 //!
 //! Connections are taken in turn (first in, first out), so none sits idle long enough for the
-//! server's keep-alive timeout at the rates we run. A request whose connection the server
-//! had closed (the write fails, or the answer ends before its first byte) is sent again once
-//! on a fresh connection and counted in `reconnects`: it never reached the server's handler,
-//! and an order's event id makes a repeat harmless anyway. Any other failure is an error, and
-//! its connection is replaced, so the pool never shrinks.
+//! server's keep-alive timeout at the rates we run. A connection the server closed while idle
+//! is replaced when its end is read, and a request sent on one that the server had closed
+//! (the send fails, or the answer ends before its first byte) is sent again once on a fresh
+//! connection; both count in `reconnects`: such a request never reached the server's
+//! handler, and an order's event id makes a repeat harmless anyway. Any other failure is an
+//! error, and its connection is replaced, so the pool never shrinks.
 //!
 //! Bodies come from a file, one per line; `@ID@` in a line is replaced by `<tag>-<n>` (n is
 //! the request's number), so every order has its own event id. The result is one JSON object
-//! on stdout: counts, percentiles in microseconds, errors, the first run's decisions and the
-//! generator's own CPU (user and system seconds, and µs per request sent).
+//! on stdout: counts, percentiles in microseconds, errors, the first run's decisions, the
+//! generator's own CPU (user and system seconds, and µs per request sent), how late its
+//! requests left (`send_late_*`), how often it waited (`wakeups`), and how many answers had
+//! no kernel receive time (`rx_stamps_missing`: then the time they were read counts).
 //!
 //! Usage: railflow-loadgen --target 127.0.0.1:8001 [--target ...] --path /v1/events
 //!        --key KEY --rate 1000 --duration-s 300 --warmup-s 30 --connections 48
-//!        --bodies FILE --tag TAG
+//!        --bodies FILE --tag TAG [--tick-us 1000]
 
-use std::cell::RefCell;
+mod http;
+mod sys;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::io;
-use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
 
 use hdrhistogram::Histogram;
-use tokio::io::unix::AsyncFd;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
-use tokio::net::TcpStream;
-use tokio::sync::Semaphore;
+
+use http::{Answer, Requests};
+use sys::Read;
 
 const LATENCY_US_MAX: u64 = 60_000_000;
 const READ_CHUNK_BYTES: usize = 16 * 1024;
 const START_DELAY_MS: u64 = 200;
+const READ_EVERY_NS: u64 = 10_000_000;
+/// The least time between two wakeups: at most 1,000 a second. A wakeup costs ~10 µs of CPU
+/// on a virtual machine (the sleep, the timer, two context switches), which one request a
+/// wakeup at 2,000/s would double; the price is up to half a millisecond of the generator's
+/// own delay above 1,000/s, counted in each latency and shown in `send_late_*`.
+const TICK_US_DEFAULT: u64 = 1_000;
 
 struct Args {
     targets: Vec<String>,
@@ -67,7 +82,7 @@ fn parse_args() -> Args {
         connections: 48,
         bodies: String::new(),
         tag: "lg".into(),
-        tick_us: 0,
+        tick_us: TICK_US_DEFAULT,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -93,31 +108,25 @@ fn parse_args() -> Args {
     a
 }
 
+/// A request on its connection, waiting for its answer.
+struct Pending {
+    n: u64,
+    /// When it was due (monotonic ns): its latency starts here.
+    intended_ns: u64,
+    /// When it left (monotonic ns).
+    sent_ns: u64,
+    /// Sent again on a fresh connection already (a second failure is an error).
+    resent: bool,
+    /// The kernel's receive time of the last bytes read (monotonic ns).
+    received_ns: u64,
+}
+
 struct Conn {
     target: usize,
-    stream: TcpStream,
+    /// None: it could not be replaced (one fewer in the pool).
+    stream: Option<TcpStream>,
     buf: Vec<u8>,
-}
-
-#[derive(Default)]
-struct Stats {
-    reconnects: u64,
-    errors: BTreeMap<String, u64>,
-    decisions: BTreeMap<Vec<u8>, u64>,
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-fn content_length(head: &[u8]) -> usize {
-    for line in head.split(|&b| b == b'\n') {
-        if line.len() > 15 && line[..15].eq_ignore_ascii_case(b"content-length:") {
-            let v = std::str::from_utf8(&line[15..]).unwrap_or("0").trim();
-            return v.parse().unwrap_or(0);
-        }
-    }
-    0
+    pending: Option<Pending>,
 }
 
 /// How an exchange failed: `Stale` when nothing of an answer came back (the server had closed
@@ -127,301 +136,308 @@ enum Failure {
     Broken(io::Error),
 }
 
-async fn connect(target: &str) -> io::Result<TcpStream> {
-    let stream = TcpStream::connect(target).await?;
-    stream.set_nodelay(true)?;
-    Ok(stream)
+struct Generator {
+    targets: Vec<String>,
+    requests: Requests,
+    conns: Vec<Conn>,
+    epoll: sys::Epoll,
+    /// Idle connections, in the order they became idle.
+    free: VecDeque<usize>,
+    in_flight: usize,
+    /// Where each request is built (reused).
+    out: Vec<u8>,
+    ready: Vec<usize>,
+    warm_end_ns: u64,
+    counts_decisions: bool,
+    hist: Histogram<u64>,
+    /// How late each request left against its intended start (the generator's own delay,
+    /// part of its latency): a wakeup's latency, the tick, a busy machine, no free connection.
+    late_hist: Histogram<u64>,
+    reconnects: u64,
+    errors: BTreeMap<String, u64>,
+    decisions: BTreeMap<Vec<u8>, u64>,
+    stamps_missing: u64,
 }
 
-/// Read more of an answer into `buf` (no zeroed scratch buffer per request).
-async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
-    buf.reserve(READ_CHUNK_BYTES);
-    stream.read_buf(buf).await
-}
-
-/// Send one request on a kept-alive connection and read its answer into `conn.buf`:
-/// (status, where its body lies in `conn.buf`).
-async fn exchange(conn: &mut Conn, request: &[u8]) -> Result<(u16, std::ops::Range<usize>), Failure> {
-    conn.stream.write_all(request).await.map_err(Failure::Stale)?;
-    conn.buf.clear();
-    let head_end = loop {
-        let seen = conn.buf.len();
-        match read_more(&mut conn.stream, &mut conn.buf).await {
-            Ok(0) if conn.buf.is_empty() => return Err(Failure::Stale(io::ErrorKind::UnexpectedEof.into())),
-            Ok(0) => return Err(Failure::Broken(io::ErrorKind::UnexpectedEof.into())),
-            Ok(_) => {}
-            Err(e) if conn.buf.is_empty() => return Err(Failure::Stale(e)),
-            Err(e) => return Err(Failure::Broken(e)),
-        }
-        // Only the new bytes (and the 3 before them) can complete the head.
-        let from = seen.saturating_sub(3);
-        if let Some(at) = find(&conn.buf[from..], b"\r\n\r\n") {
-            break from + at + 4;
-        }
-    };
-    if conn.buf.len() < 12 {
-        return Err(Failure::Broken(io::ErrorKind::InvalidData.into()));
-    }
-    let status: u16 = std::str::from_utf8(&conn.buf[9..12])
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or(Failure::Broken(io::ErrorKind::InvalidData.into()))?;
-    let length = content_length(&conn.buf[..head_end]);
-    while conn.buf.len() < head_end + length {
-        let n = read_more(&mut conn.stream, &mut conn.buf).await.map_err(Failure::Broken)?;
-        if n == 0 {
-            return Err(Failure::Broken(io::ErrorKind::UnexpectedEof.into()));
-        }
-    }
-    Ok((status, head_end..head_end + length))
-}
-
-/// The first run's decision in an order's answer, without parsing the JSON.
-fn decision(body: &[u8]) -> &[u8] {
-    match find(body, b"\"decision\":") {
-        None => b"?",
-        Some(at) => {
-            let rest = &body[at + 11..];
-            let end = rest.iter().position(|&b| b == b',' || b == b'}').unwrap_or(rest.len());
-            let d = rest[..end].trim_ascii();
-            d.strip_prefix(b"\"").and_then(|d| d.strip_suffix(b"\"")).unwrap_or(d)
-        }
-    }
-}
-
-/// A `timerfd` on CLOCK_MONOTONIC (the clock of `Instant` on Linux), owned; the runtime
-/// waits on it like on a socket.
-struct TimerFd(i32);
-
-impl TimerFd {
-    fn new() -> io::Result<TimerFd> {
-        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(TimerFd(fd))
-    }
-
-    /// Expire once at `at` (absolute); re-arming also clears a past expiry.
-    fn arm(&self, at: &libc::timespec) -> io::Result<()> {
-        let spec = libc::itimerspec {
-            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-            it_value: *at,
-        };
-        let rc = unsafe { libc::timerfd_settime(self.0, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+impl Generator {
+    fn replace(&mut self, key: usize) -> io::Result<()> {
+        let conn = &mut self.conns[key];
+        conn.stream = None; // closing it takes it out of the epoll set
+        conn.buf.clear();
+        let stream = sys::connect(&self.targets[conn.target])?;
+        self.epoll.add(&stream, key)?;
+        conn.stream = Some(stream);
         Ok(())
     }
-}
 
-impl std::os::fd::AsRawFd for TimerFd {
-    fn as_raw_fd(&self) -> i32 {
-        self.0
+    /// Send request `p.n` on connection `key` (taken from `free`).
+    fn dispatch(&mut self, key: usize, mut p: Pending) {
+        loop {
+            let conn = &mut self.conns[key];
+            self.requests.build(p.n, conn.target, &mut self.out);
+            let stream = conn.stream.as_ref().expect("a free connection has a stream");
+            match sys::send_all(stream, &self.out) {
+                Ok(()) => {
+                    p.sent_ns = sys::monotonic_ns();
+                    if !p.resent && p.intended_ns >= self.warm_end_ns {
+                        let late = (p.sent_ns.saturating_sub(p.intended_ns)) / 1_000;
+                        self.late_hist.saturating_record(late.clamp(1, LATENCY_US_MAX));
+                    }
+                    conn.pending = Some(p);
+                    self.in_flight += 1;
+                    return;
+                }
+                Err(e) => match self.retry(key, &mut p, Failure::Stale(e)) {
+                    true => continue,
+                    false => return,
+                },
+            }
+        }
     }
-}
 
-impl Drop for TimerFd {
-    fn drop(&mut self) {
-        unsafe { libc::close(self.0) };
+    /// After a failure on connection `key` carrying `p`: true when `p` should go again on
+    /// the (replaced) connection; otherwise the failure is counted and the connection is
+    /// replaced and freed (or dropped if it cannot be).
+    fn retry(&mut self, key: usize, p: &mut Pending, failure: Failure) -> bool {
+        let e = match failure {
+            Failure::Stale(_) if !p.resent => {
+                self.reconnects += 1;
+                match self.replace(key) {
+                    Ok(()) => {
+                        p.resent = true;
+                        return true;
+                    }
+                    Err(e) => e,
+                }
+            }
+            Failure::Stale(e) | Failure::Broken(e) => e,
+        };
+        *self.errors.entry(format!("{:?}", e.kind())).or_default() += 1;
+        if self.replace(key).is_ok() {
+            self.free.push_back(key);
+        } else {
+            self.conns[key].stream = None;
+        }
+        false
     }
-}
 
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+    /// Read what connection `key` has: finish its answer, or find that it failed.
+    fn on_readable(&mut self, key: usize, offset_ns: i64) {
+        loop {
+            let conn = &mut self.conns[key];
+            let Some(stream) = conn.stream.as_ref() else { return };
+            let read = sys::recv_stamped(stream, &mut conn.buf, READ_CHUNK_BYTES);
+            let Some(p) = conn.pending.as_mut() else {
+                // Idle: the server closed it (or said something unasked, which is dropped).
+                conn.buf.clear();
+                match read {
+                    Ok(Read::Bytes(..)) => continue,
+                    Ok(Read::Empty) => return,
+                    Ok(Read::End) | Err(_) => {
+                        self.reconnects += 1;
+                        self.free.retain(|&k| k != key);
+                        if self.replace(key).is_ok() {
+                            self.free.push_back(key);
+                        }
+                        return;
+                    }
+                }
+            };
+            let failure = match read {
+                Ok(Read::Empty) => return,
+                Ok(Read::Bytes(stamp)) => {
+                    p.received_ns = match stamp {
+                        Some(real) => (real as i64 - offset_ns) as u64,
+                        None => {
+                            self.stamps_missing += 1;
+                            sys::monotonic_ns()
+                        }
+                    };
+                    match http::answer(&conn.buf) {
+                        Answer::Partial => continue,
+                        Answer::Complete(status, body) => {
+                            let p = conn.pending.take().expect("pending");
+                            self.in_flight -= 1;
+                            self.record(key, &p, status, body);
+                            self.conns[key].buf.clear();
+                            self.free.push_back(key);
+                            return;
+                        }
+                        Answer::Invalid => Failure::Broken(io::ErrorKind::InvalidData.into()),
+                    }
+                }
+                Ok(Read::End) if conn.buf.is_empty() => Failure::Stale(io::ErrorKind::UnexpectedEof.into()),
+                Ok(Read::End) => Failure::Broken(io::ErrorKind::UnexpectedEof.into()),
+                Err(e) if conn.buf.is_empty() => Failure::Stale(e),
+                Err(e) => Failure::Broken(e),
+            };
+            let mut p = conn.pending.take().expect("pending");
+            self.in_flight -= 1;
+            if self.retry(key, &mut p, failure) {
+                self.dispatch(key, p);
+            }
+            return;
+        }
+    }
 
-/// This process's (user, system) CPU seconds so far.
-fn cpu_seconds() -> (f64, f64) {
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let s = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    (s(ru.ru_utime), s(ru.ru_stime))
+    fn record(&mut self, key: usize, p: &Pending, status: u16, body: std::ops::Range<usize>) {
+        if p.intended_ns < self.warm_end_ns {
+            return;
+        }
+        if status != 200 {
+            *self.errors.entry(format!("http {status}")).or_default() += 1;
+            return;
+        }
+        // The answer cannot have come before its request left (guards a clock mismatch).
+        let us = (p.received_ns.max(p.sent_ns) - p.intended_ns) / 1_000;
+        self.hist.saturating_record(us.clamp(1, LATENCY_US_MAX));
+        if self.counts_decisions {
+            let d = http::decision(&self.conns[key].buf[body]);
+            match self.decisions.get_mut(d) {
+                Some(n) => *n += 1,
+                None => {
+                    self.decisions.insert(d.to_vec(), 1);
+                }
+            }
+        }
+    }
+
+    /// Wait for readable connections until `until_ns` (Some(0): not at all) and read them.
+    fn read_ready(&mut self, until_ns: Option<u64>) {
+        let mut ready = std::mem::take(&mut self.ready);
+        ready.clear();
+        ready.extend(self.epoll.ready(until_ns).expect("epoll_pwait2"));
+        let offset_ns = sys::realtime_offset_ns();
+        for &key in &ready {
+            self.on_readable(key, offset_ns);
+        }
+        self.ready = ready;
+    }
 }
 
 fn main() {
     let args = parse_args();
-    // (text before @ID@, text after it); None: the body has no id to fill in.
-    let templates: Vec<(Vec<u8>, Option<Vec<u8>>)> = std::fs::read_to_string(&args.bodies)
-        .expect("--bodies file")
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(|l| match l.find("@ID@") {
-            Some(at) => (l[..at].as_bytes().to_vec(), Some(l[at + 4..].as_bytes().to_vec())),
-            None => (l.as_bytes().to_vec(), None),
-        })
-        .collect();
-    assert!(!templates.is_empty(), "no bodies in {}", args.bodies);
+    let lines = std::fs::read_to_string(&args.bodies).expect("--bodies file");
+    let requests = Requests::new(&lines, &args.targets, &args.path, &args.key, &args.tag);
     let total = (args.rate * (args.warmup_s + args.duration_s)).round() as u64;
-    let heads: Vec<Vec<u8>> = args
-        .targets
-        .iter()
-        .map(|t| {
-            format!(
-                "POST {} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
-                 Content-Type: application/json\r\nContent-Length: ",
-                args.path, t, args.key
-            )
-            .into_bytes()
-        })
-        .collect();
+    let pool = args.connections * args.targets.len();
+    let mut g = Generator {
+        targets: args.targets.clone(),
+        requests,
+        conns: Vec::with_capacity(pool),
+        epoll: sys::Epoll::new(pool).expect("epoll_create1"),
+        free: VecDeque::with_capacity(pool),
+        in_flight: 0,
+        out: Vec::with_capacity(8192),
+        ready: Vec::with_capacity(pool),
+        warm_end_ns: 0,
+        counts_decisions: args.path == "/v1/events",
+        hist: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).unwrap(),
+        late_hist: Histogram::new_with_bounds(1, LATENCY_US_MAX, 3).unwrap(),
+        reconnects: 0,
+        errors: BTreeMap::new(),
+        decisions: BTreeMap::new(),
+        stamps_missing: 0,
+    };
+    for key in 0..pool {
+        let target = key % args.targets.len();
+        let stream = sys::connect(&args.targets[target]).expect("connect");
+        g.epoll.add(&stream, key).expect("epoll_ctl");
+        g.conns.push(Conn { target, stream: Some(stream), buf: Vec::with_capacity(READ_CHUNK_BYTES), pending: None });
+        g.free.push_back(key);
+    }
+    sys::no_timer_slack();
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let local = tokio::task::LocalSet::new();
-    let out = local.block_on(&rt, async move {
-        let pool: Rc<RefCell<VecDeque<Conn>>> = Rc::new(RefCell::new(VecDeque::new()));
-        for i in 0..args.connections * args.targets.len() {
-            let target = i % args.targets.len();
-            let stream = connect(&args.targets[target]).await.expect("connect");
-            pool.borrow_mut().push_back(Conn { target, stream, buf: Vec::with_capacity(8192) });
+    let interval_ns = 1e9 / args.rate;
+    let start_ns = sys::monotonic_ns() + START_DELAY_MS * 1_000_000;
+    g.warm_end_ns = start_ns + (args.warmup_s * 1e9) as u64;
+    let due_ns = |i: u64| (i as f64 * interval_ns) as u64;
+    // Wakeups at least a tick apart: a request due sooner after the last wakeup goes at the
+    // next one, a tick after it, with every other request due by then (each still timed from
+    // its own intended start). At rates up to one request a tick each goes at its due time.
+    let tick_ns = args.tick_us * 1_000;
+    let mut planned_ns: Option<u64> = None; // the next wakeup, once planned
+    let mut last_wake_ns = 0u64; // the last planned wakeup that came
+    let mut waiting: VecDeque<u64> = VecDeque::new(); // due, no free connection yet
+    let mut next = 0u64;
+    let mut send_end_ns = None;
+    let mut wakeups = 0u64;
+    let mut last_read_ns = 0u64;
+    loop {
+        let now = sys::monotonic_ns();
+        if let Some(at) = planned_ns.filter(|&at| now >= at) {
+            (last_wake_ns, planned_ns) = (at, None);
         }
-        let targets = Rc::new(args.targets.clone());
-        let free = Rc::new(Semaphore::new(pool.borrow().len()));
-        let hist = Rc::new(RefCell::new(Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3).unwrap()));
-        let stats = Rc::new(RefCell::new(Stats::default()));
-        let interval_ns = 1e9 / args.rate;
+        // Answers keep their receive time until read: read them in batches, when the pool
+        // runs low or every READ_EVERY_NS (a connection the server closed is found then).
+        if g.free.len() * 2 < pool || now >= last_read_ns + READ_EVERY_NS {
+            g.read_ready(Some(0));
+            last_read_ns = now;
+        }
+        while next < total && start_ns + due_ns(next) <= now {
+            waiting.push_back(next);
+            next += 1;
+        }
+        while !waiting.is_empty() {
+            let Some(key) = g.free.pop_front() else { break };
+            let n = waiting.pop_front().unwrap();
+            let p = Pending { n, intended_ns: start_ns + due_ns(n), sent_ns: 0, resent: false, received_ns: 0 };
+            g.dispatch(key, p);
+        }
+        if next == total && waiting.is_empty() {
+            send_end_ns.get_or_insert_with(sys::monotonic_ns);
+            if g.in_flight == 0 {
+                break;
+            }
+        }
+        assert!(g.in_flight > 0 || !g.free.is_empty() || next < total, "no connection left");
+        let wake_at = (next < total)
+            .then(|| *planned_ns.get_or_insert_with(|| (start_ns + due_ns(next)).max(last_wake_ns + tick_ns)));
+        wakeups += 1;
+        match wake_at {
+            // Requests wait for a connection, or the last answers are due: answers wake it.
+            _ if !waiting.is_empty() || next == total => g.read_ready(wake_at),
+            Some(at) => sys::sleep_until(at),
+            None => unreachable!(),
+        }
+    }
 
-        // Due times on the runtime's own thread: a timerfd armed at the next one.
-        let timer = TimerFd::new().expect("timerfd_create");
-        // SAFETY: the TimerFd owns its descriptor until it is dropped, with this AsyncFd.
-        let timer = match unsafe { AsyncFd::register_with_interest(timer, Interest::READABLE) } {
-            Ok(t) => t,
-            Err(_) => panic!("registering the timerfd"),
-        };
-        let start_ns = monotonic_ns() + START_DELAY_MS * 1_000_000;
-        let start = Instant::now() + Duration::from_millis(START_DELAY_MS);
-        let warm_end = start + Duration::from_secs_f64(args.warmup_s);
-        let due_ns = |i: u64| (i as f64 * interval_ns) as u64;
-        let tick_ns = args.tick_us * 1_000;
-        // How late each request left against its intended start (the generator's own delay,
-        // part of its latency): a wakeup's latency, the tick, a busy machine.
-        let mut late_hist = Histogram::<u64>::new_with_bounds(1, LATENCY_US_MAX, 3).unwrap();
-
-        let counts = args.path == "/v1/events";
-        let mut tasks = Vec::with_capacity(total as usize);
-        for i in 0..total {
-            let offset = due_ns(i);
-            let intended = start + Duration::from_nanos(offset);
-            if intended > Instant::now() {
-                // With a tick, the wakeup for this request is at the tick boundary at or after
-                // it, and every request due by then goes at that wakeup (each still timed
-                // from its own intended start).
-                let at = start_ns + if tick_ns > 0 { offset.div_ceil(tick_ns) * tick_ns } else { offset };
-                let at = libc::timespec { tv_sec: (at / 1_000_000_000) as _, tv_nsec: (at % 1_000_000_000) as _ };
-                timer.get_ref().arm(&at).expect("timerfd_settime");
-                let mut ready = timer.readable().await.expect("timerfd");
-                ready.clear_ready(); // the next arm clears the expiry (no read needed)
-            }
-            if intended >= warm_end {
-                let late = intended.elapsed().as_micros() as u64;
-                late_hist.saturating_record(late.clamp(1, LATENCY_US_MAX));
-            }
-            let (head, tail) = &templates[(i as usize) % templates.len()];
-            let mut body = head.clone();
-            if let Some(tail) = tail {
-                body.extend_from_slice(format!("{}-{}", args.tag, i).as_bytes());
-                body.extend_from_slice(tail);
-            }
-            let (pool, free, hist, stats) = (pool.clone(), free.clone(), hist.clone(), stats.clone());
-            let (heads, targets) = (heads.clone(), targets.clone());
-            tasks.push(tokio::task::spawn_local(async move {
-                let permit = free.acquire().await.unwrap(); // waiting here counts (open loop)
-                let mut conn = pool.borrow_mut().pop_front().expect("a permit means a connection");
-                let mut request = heads[conn.target].clone();
-                request.extend_from_slice(body.len().to_string().as_bytes());
-                request.extend_from_slice(b"\r\n\r\n");
-                request.extend_from_slice(&body);
-                let mut outcome = exchange(&mut conn, &request).await;
-                if matches!(outcome, Err(Failure::Stale(_))) {
-                    stats.borrow_mut().reconnects += 1;
-                    outcome = match connect(&targets[conn.target]).await {
-                        Ok(stream) => {
-                            conn.stream = stream;
-                            exchange(&mut conn, &request).await
-                        }
-                        Err(e) => Err(Failure::Broken(e)),
-                    };
-                }
-                match outcome {
-                    Err(Failure::Stale(e) | Failure::Broken(e)) => {
-                        *stats.borrow_mut().errors.entry(format!("{:?}", e.kind())).or_default() += 1;
-                        match connect(&targets[conn.target]).await {
-                            Ok(stream) => {
-                                conn.stream = stream;
-                                pool.borrow_mut().push_back(conn);
-                                drop(permit);
-                            }
-                            Err(_) => permit.forget(), // no connection: one fewer in the pool
-                        }
-                    }
-                    Ok((status, body)) => {
-                        let us = intended.elapsed().as_micros() as u64;
-                        if intended >= warm_end {
-                            let mut s = stats.borrow_mut();
-                            if status != 200 {
-                                *s.errors.entry(format!("http {status}")).or_default() += 1;
-                            } else {
-                                hist.borrow_mut().saturating_record(us.clamp(1, LATENCY_US_MAX));
-                                if counts {
-                                    let d = decision(&conn.buf[body]);
-                                    match s.decisions.get_mut(d) {
-                                        Some(n) => *n += 1,
-                                        None => {
-                                            s.decisions.insert(d.to_vec(), 1);
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                        pool.borrow_mut().push_back(conn);
-                        drop(permit);
-                    }
-                }
-            }));
-        }
-        let send_end = Instant::now();
-        for t in tasks {
-            let _ = t.await;
-        }
-        let due_end = start + Duration::from_nanos(due_ns(total));
-        let (cpu_user_s, cpu_sys_s) = cpu_seconds();
-        let lag_s = send_end.saturating_duration_since(due_end).as_secs_f64();
-        let h = hist.borrow();
-        let s = stats.borrow();
-        let map = |m: &BTreeMap<String, u64>| {
-            let items: Vec<String> = m.iter().map(|(k, v)| format!("{:?}: {}", k, v)).collect();
-            format!("{{{}}}", items.join(", "))
-        };
-        let decisions: BTreeMap<String, u64> =
-            s.decisions.iter().map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), *v)).collect();
-        format!(
-            "{{\"sent\": {}, \"count\": {}, \"p50_us\": {}, \"p99_us\": {}, \"p999_us\": {}, \
-             \"max_us\": {}, \"min_us\": {}, \"errors\": {}, \"decisions\": {}, \
-             \"reconnects\": {}, \"send_lag_s\": {:.3}, \"cpu_user_s\": {:.6}, \"cpu_sys_s\": {:.6}, \
-             \"cpu_us_per_request\": {:.1}, \"tick_us\": {}, \"send_late_p50_us\": {}, \
-             \"send_late_p99_us\": {}, \"send_late_max_us\": {}}}",
-            total,
-            h.len(),
-            h.value_at_quantile(0.50),
-            h.value_at_quantile(0.99),
-            h.value_at_quantile(0.999),
-            h.max(),
-            h.min(),
-            map(&s.errors),
-            map(&decisions),
-            s.reconnects,
-            lag_s,
-            cpu_user_s,
-            cpu_sys_s,
-            (cpu_user_s + cpu_sys_s) * 1e6 / total.max(1) as f64,
-            args.tick_us,
-            late_hist.value_at_quantile(0.50),
-            late_hist.value_at_quantile(0.99),
-            late_hist.max()
-        )
-    });
-    println!("{out}");
+    let due_end_ns = start_ns + due_ns(total);
+    let (cpu_user_s, cpu_sys_s) = sys::cpu_seconds();
+    let lag_s = send_end_ns.unwrap_or(due_end_ns).saturating_sub(due_end_ns) as f64 / 1e9;
+    let (h, late) = (&g.hist, &g.late_hist);
+    let map = |m: &BTreeMap<String, u64>| {
+        let items: Vec<String> = m.iter().map(|(k, v)| format!("{:?}: {}", k, v)).collect();
+        format!("{{{}}}", items.join(", "))
+    };
+    let decisions: BTreeMap<String, u64> =
+        g.decisions.iter().map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), *v)).collect();
+    println!(
+        "{{\"sent\": {}, \"count\": {}, \"p50_us\": {}, \"p99_us\": {}, \"p999_us\": {}, \
+         \"max_us\": {}, \"min_us\": {}, \"errors\": {}, \"decisions\": {}, \
+         \"reconnects\": {}, \"send_lag_s\": {:.3}, \"cpu_user_s\": {:.6}, \"cpu_sys_s\": {:.6}, \
+         \"cpu_us_per_request\": {:.1}, \"tick_us\": {}, \"send_late_p50_us\": {}, \
+         \"send_late_p99_us\": {}, \"send_late_max_us\": {}, \"wakeups\": {}, \
+         \"rx_stamps_missing\": {}}}",
+        total,
+        h.len(),
+        h.value_at_quantile(0.50),
+        h.value_at_quantile(0.99),
+        h.value_at_quantile(0.999),
+        h.max(),
+        h.min(),
+        map(&g.errors),
+        map(&decisions),
+        g.reconnects,
+        lag_s,
+        cpu_user_s,
+        cpu_sys_s,
+        (cpu_user_s + cpu_sys_s) * 1e6 / total.max(1) as f64,
+        args.tick_us,
+        late.value_at_quantile(0.50),
+        late.value_at_quantile(0.99),
+        late.max(),
+        wakeups,
+        g.stamps_missing
+    );
 }
