@@ -47,6 +47,9 @@ FORMATS_READ = (4, 5)
 CACHE_ENTRIES_MAX = 500_000  # kept for callers; the native core does not spill yet
 STREAM_NAME_CHARS_MAX = 100
 CAPTURES_DIR = ".captures"  # in data_dir: a capture's segment links until it is written
+# False: a capture encodes the native states on the capturing thread (``StreamCore.dump``), as
+# before ``StreamCore.freeze`` (bench/checkpoint_pause.py's A/B switch).
+CAPTURE_FROZEN = True
 
 
 def _check_format(meta: dict, path: Path) -> None:
@@ -350,7 +353,8 @@ class Engine:
     # -- snapshots -----------------------------------------------------------------------
     def capture(self) -> Capture:
         """Take a snapshot's consistent part now, in memory only, and return it; its
-        ``write(directory)`` (any thread, later) does the files. The caller's thread (the
+        ``write(directory)`` (any thread, later) does the files and encodes the native
+        states from their frozen copy (``StreamCore.freeze``). The caller's thread (the
         ingesting one) does no file operation: the segments are hard-linked by the writer
         thread when it reaches this point of its queue (after the chunks closed before,
         before any trim or chunk queued after), so ingest, chunk closes and trims may go on
@@ -364,7 +368,9 @@ class Engine:
             sdir = _stream_dir(name)
             dests.append((res._writer_id(), staging / "reservoir" / sdir))
             open_chunks[sdir] = _open_json(res.open_chunk_state())
-            states[sdir] = sp.core.dump()
+            # A copy of the held keys' states, encoded by ``write`` without the GIL (the
+            # dump's cost grows with the keys a node holds; the copy's is a fraction of it).
+            states[sdir] = sp.core.freeze() if CAPTURE_FROZEN else sp.core.dump()
             # Once the writer placed every chunk closed so far, durable_pos is the end of the
             # last one retained (a chunk leaves the list only once placed).
             durable[name] = res.chunks[-1].end_pos if res.chunks else res.durable_pos
@@ -425,12 +431,13 @@ class Engine:
 
 
 class Capture:
-    """A snapshot taken by ``Engine.capture``: its bytes in memory, its segments linked by the
-    engine's writer thread. ``write`` it once, then ``close`` it (a capture never written
-    leaves no file once closed, or once the engine closes or reopens)."""
+    """A snapshot taken by ``Engine.capture``: its bytes and its native states' frozen copies
+    in memory, its segments linked by the engine's writer thread. ``write`` it once, then
+    ``close`` it (a capture never written leaves no file once closed, or once the engine
+    closes or reopens)."""
 
     def __init__(self, staging: Path, ticket: Any, meta: bytes, open_chunks: dict[str, bytes],
-                 states: dict[str, bytes]):
+                 states: dict[str, Any]):
         self._staging = staging
         self._ticket = ticket
         self._meta = meta
@@ -455,7 +462,8 @@ class Capture:
             shutil.move(str(linked), str(target))  # a rename on the same file system
             _write_atomic(target / "open.json", data)
         (dest / "state").mkdir()
-        for sdir, data in self._states.items():
+        for sdir, state in self._states.items():
+            data = state if isinstance(state, bytes) else state.dump()
             _write_atomic(dest / "state" / f"{sdir}.bin", data)
         _write_atomic(dest / "engine.json", self._meta)
         self._release()

@@ -597,7 +597,7 @@ impl State {
     }
 
     // -- bytes (snapshots and digests; deterministic) ----------------------------------------
-    pub fn write(&self, py: Python<'_>, out: &mut Out, strings: &Interner) {
+    pub fn write(&self, out: &mut Out, strings: &Interner) {
         match self {
             State::Count { n, last_ts } => {
                 out.u8(0);
@@ -624,7 +624,7 @@ impl State {
                 out.u32(q.len() as u32);
                 for (p, v) in q {
                     out.u64(*p);
-                    out.val(py, v, strings);
+                    out.val(v, strings);
                 }
             }
             State::Distinct(c) => {
@@ -633,7 +633,7 @@ impl State {
                     .iter()
                     .map(|(v, k)| {
                         let mut o = Out::default();
-                        o.val(py, v, strings);
+                        o.val(v, strings);
                         (o.buf, *k)
                     })
                     .collect();
@@ -649,13 +649,13 @@ impl State {
                 out.u32(q.len() as u32);
                 for (p, v) in q {
                     out.u64(*p);
-                    out.val(py, v, strings);
+                    out.val(v, strings);
                 }
             }
             State::Recent { n, last } => {
                 out.u8(5);
                 out.i64(*n);
-                out.val(py, last, strings);
+                out.val(last, strings);
             }
             State::Ratio { n, hits } => {
                 out.u8(6);

@@ -242,6 +242,12 @@ impl KeySpace {
         }
     }
 
+    /// A copy holding only the keys by id (what a snapshot's `GroupTable::write` reads):
+    /// a frozen view's space (frozen.rs).
+    pub fn frozen(&self) -> KeySpace {
+        KeySpace { keys: self.keys.clone(), fp_mask: self.fp_mask, ..Default::default() }
+    }
+
     /// Live keys kept apart from the fingerprint index (a debug counter for tests).
     pub fn clashes(&self) -> usize {
         self.clashes.len()
@@ -1451,7 +1457,7 @@ impl GroupTable {
     }
 
     /// Held ids ordered by their canonical key bytes: (key bytes, id).
-    fn sorted(&self, py: Python<'_>, strings: &Interner, space: &KeySpace) -> Vec<(Vec<u8>, u32)> {
+    fn sorted(&self, strings: &Interner, space: &KeySpace) -> Vec<(Vec<u8>, u32)> {
         let mut out: Vec<(Vec<u8>, u32)> = self
             .ids()
             .into_iter()
@@ -1460,7 +1466,7 @@ impl GroupTable {
                 let mut o = Out::default();
                 o.u32(key.len() as u32);
                 for v in key {
-                    o.val(py, v, strings);
+                    o.val(v, strings);
                 }
                 (o.buf, id)
             })
@@ -1471,16 +1477,16 @@ impl GroupTable {
 
     /// Every entry (`digest`: only entries holding a non-empty state, for the logical digest);
     /// of view `view` for a calendar table, written as a table of that one window was.
-    pub fn write(&self, py: Python<'_>, out: &mut Out, strings: &Interner, space: &KeySpace,
-                 view: usize, digest: bool) {
+    pub fn write(&self, out: &mut Out, strings: &Interner, space: &KeySpace, view: usize,
+                 digest: bool) {
         if self.hop.is_some() {
-            return self.write_view(py, out, strings, space, view, digest);
+            return self.write_view(out, strings, space, view, digest);
         }
         out.u32(self.sids.len() as u32);
         for s in &self.sids {
             out.bytes(s.as_bytes());
         }
-        let entries = self.sorted(py, strings, space);
+        let entries = self.sorted(strings, space);
         let kept: Vec<_> = entries
             .into_iter()
             .filter(|(_, id)| !digest || !self.dead(space, *id))
@@ -1489,7 +1495,7 @@ impl GroupTable {
         for (k, id) in kept {
             out.buf.extend_from_slice(&k);
             for s in self.states_of(space, id) {
-                write_state(py, out, strings, s.as_ref(), digest);
+                write_state(out, strings, s.as_ref(), digest);
             }
             out.u32(0); // a plain table: no buckets
             out.u32(0);
@@ -1499,8 +1505,8 @@ impl GroupTable {
     /// View `view` of a calendar table as the table of that one window wrote it: its slots,
     /// and per key its window's own states (none while it holds one closed bucket), its
     /// buckets from its window's start on and how many of them are closed in it.
-    fn write_view(&self, py: Python<'_>, out: &mut Out, strings: &Interner, space: &KeySpace,
-                  view: usize, digest: bool) {
+    fn write_view(&self, out: &mut Out, strings: &Interner, space: &KeySpace, view: usize,
+                  digest: bool) {
         let (sids, slots): (Vec<String>, Vec<usize>) = match self.views.get(view) {
             Some(v) => (v.sids.clone(), v.slots.clone()),
             None => (self.sids.clone(), (0..self.sids.len()).collect()),
@@ -1510,7 +1516,7 @@ impl GroupTable {
             out.bytes(s.as_bytes());
         }
         let none = Win::default();
-        let kept: Vec<_> = self.sorted(py, strings, space)
+        let kept: Vec<_> = self.sorted(strings, space)
             .into_iter()
             .filter(|(_, id)| {
                 let e = self.entry(*id);
@@ -1524,7 +1530,7 @@ impl GroupTable {
             let w = e.wins.get(view).unwrap_or(&none);
             let states = if view < e.wins.len() { e.view_states(view) } else { &w.states };
             for &j in &slots {
-                write_state(py, out, strings, states.get(j).and_then(|s| s.as_ref()), digest);
+                write_state(out, strings, states.get(j).and_then(|s| s.as_ref()), digest);
             }
             let ring: Vec<&Bucket> = e.ring.range(w.lo.min(e.ring.len())..).collect();
             out.u32(ring.len() as u32);
@@ -1543,10 +1549,38 @@ impl GroupTable {
                     &b.parts
                 };
                 for &j in &slots {
-                    write_state(py, out, strings, parts.get(j).and_then(|s| s.as_ref()), digest);
+                    write_state(out, strings, parts.get(j).and_then(|s| s.as_ref()), digest);
                 }
             }
         }
+    }
+
+    /// A copy holding what `write` reads (slots, views, the held keys' states; a plain
+    /// table's in its own `flat`, out of `space`'s slab), sharing nothing with this table:
+    /// a snapshot's frozen view (frozen.rs), written later while this table changes.
+    pub fn frozen(&self, space: &KeySpace) -> GroupTable {
+        let mut t = GroupTable::new(self.space);
+        t.hop = self.hop;
+        t.sids = self.sids.clone();
+        t.kinds = self.kinds.clone();
+        t.inputs = self.inputs.clone();
+        t.views = self.views.clone();
+        t.spare_slots = self.spare_slots.layout(); // a raw bucket's columns, for `write_view`
+        t.live = self.live;
+        if self.hop.is_some() {
+            t.entries = self.entries.clone();
+            return t;
+        }
+        t.present = self.present.clone();
+        let w = self.sids.len();
+        let ids = self.ids();
+        let n = ids.last().map_or(0, |&i| i as usize + 1);
+        t.flat = Vec::with_capacity(n * w);
+        for id in ids {
+            t.flat.resize_with(id as usize * w, || None);
+            t.flat.extend_from_slice(self.states_of(space, id));
+        }
+        t
     }
 
     /// Clear the ids the last `load` made (before a new one).
@@ -1636,11 +1670,11 @@ impl GroupTable {
 }
 
 /// One state of a snapshot: a flag, then the state (`digest`: an empty state as none).
-fn write_state(py: Python<'_>, out: &mut Out, strings: &Interner, s: Option<&State>, digest: bool) {
+fn write_state(out: &mut Out, strings: &Interner, s: Option<&State>, digest: bool) {
     match s {
         Some(s) if !(digest && s.empty()) => {
             out.u8(1);
-            s.write(py, out, strings);
+            s.write(out, strings);
         }
         _ => out.u8(0),
     }

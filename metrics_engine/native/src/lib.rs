@@ -3,7 +3,7 @@
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
 //! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `frame` (a batch's chunk as columns), `columns` (a batch's typed columns), `outcols` (a batch's values as typed columns), `arrow_ffi` (those columns to pyarrow through the Arrow C data interface), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
-//! ids to states), `lazy` (many sliding windows of a group-by evicting a key's events when it is touched), `slab` (a key space's records, grown without copying), `window` (cursors), `writer` (the reservoir's disk writer thread), `counters` (the reservoir's open-chunk counters, shared with Python), `trace` (where a slow call spent its time), `plan` (one stream's hot path, `StreamCore`).
+//! ids to states), `lazy` (many sliding windows of a group-by evicting a key's events when it is touched), `slab` (a key space's records, grown without copying), `window` (cursors), `writer` (the reservoir's disk writer thread), `counters` (the reservoir's open-chunk counters, shared with Python), `trace` (where a slow call spent its time), `frozen` (a snapshot's copy of the states, written off the ingesting thread), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
 
@@ -12,6 +12,7 @@ mod arrow_ffi;
 mod columns;
 mod counters;
 mod frame;
+mod frozen;
 mod json;
 mod keyed;
 mod lazy;
@@ -51,6 +52,7 @@ fn railflow_metrics_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(frame::decode_columns, m)?)?;
     m.add_function(wrap_pyfunction!(frame::columns_json, m)?)?;
     m.add_class::<plan::StreamCore>()?;
+    m.add_class::<frozen::FrozenStates>()?;
     m.add_class::<arrow_ffi::Exported>()?;
     m.add_class::<writer::NativeWriter>()?;
     m.add_class::<writer::LinkTicket>()?;

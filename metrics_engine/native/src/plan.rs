@@ -2838,12 +2838,31 @@ impl StreamCore {
                 (true, Some(hop), Some(l)) => {
                     // One rolled copy per table, written once per view.
                     let r = rolled.entry(ti).or_insert_with(|| t.rolled_to(hop.bucket(l)));
-                    r.write(py, &mut out, &self.strings, space, v, digest)
+                    r.write(&mut out, &self.strings, space, v, digest)
                 }
-                _ => t.write(py, &mut out, &self.strings, space, v, digest),
+                _ => t.write(&mut out, &self.strings, space, v, digest),
             }
         }
         Ok(PyBytes::new(py, &out.buf))
+    }
+
+    /// The states `dump()` would write now, frozen: a copy of the held keys and their
+    /// states (no encoding, no sort), whose `dump()` gives those bytes later, on any thread,
+    /// without the GIL, while this core ingests on (a checkpoint's capture, frozen.rs).
+    fn freeze(&mut self, py: Python<'_>) -> PyResult<crate::frozen::FrozenStates> {
+        self.catch_up(py)?;
+        self.settle(); // as `dump`: the tables then hold every state
+        let mut order: Vec<usize> = (0..self.gids.len()).collect();
+        order.sort_by(|a, b| self.gids[*a].cmp(&self.gids[*b]));
+        let groups = order.into_iter()
+            .map(|i| (self.gids[i].clone(), self.core.groups[i].0, self.core.groups[i].1))
+            .collect();
+        let tables = self.core.tables.iter()
+            .map(|t| t.frozen(&self.core.spaces[t.space]))
+            .collect();
+        let spaces = self.core.spaces.iter().map(|s| s.frozen()).collect();
+        Ok(crate::frozen::FrozenStates::new(crate::frozen::Frozen {
+            groups, tables, spaces, strings: self.strings.texts_only() }))
     }
 
     /// Rewrite the event positions held in every state: position `p` becomes

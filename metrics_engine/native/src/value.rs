@@ -144,7 +144,34 @@ impl Hash for Val {
 pub struct Interner {
     map: FxHashMap<Arc<str>, u32>,
     strs: Vec<Py<PyString>>,
-    texts: Vec<Arc<str>>,
+    texts: Texts,
+}
+
+/// The texts of an interner by id, in shared blocks of `TEXT_BLOCK`: ids are only ever
+/// added, so a copy (`Interner::texts_only`, a snapshot's frozen view) shares every full
+/// block and costs a pointer per block, not a reference count per string.
+#[derive(Clone, Default)]
+struct Texts(Vec<Arc<Vec<Arc<str>>>>);
+
+const TEXT_BLOCK: usize = 1024;
+
+impl Texts {
+    fn push(&mut self, t: Arc<str>) {
+        match self.0.last_mut() {
+            // A block a copy shares is copied once here (at most `TEXT_BLOCK` texts).
+            Some(b) if b.len() < TEXT_BLOCK => Arc::make_mut(b).push(t),
+            _ => {
+                let mut b = Vec::with_capacity(TEXT_BLOCK);
+                b.push(t);
+                self.0.push(Arc::new(b));
+            }
+        }
+    }
+
+    fn get(&self, id: u32) -> &str {
+        let i = id as usize;
+        &self.0[i / TEXT_BLOCK][i % TEXT_BLOCK]
+    }
 }
 
 impl Interner {
@@ -174,7 +201,18 @@ impl Interner {
     }
 
     pub fn text<'a>(&'a self, _py: Python<'a>, id: u32) -> &'a str {
-        &self.texts[id as usize]
+        self.texts.get(id)
+    }
+
+    /// The text of id `id`, without the GIL (a snapshot written on another thread).
+    pub fn text_of(&self, id: u32) -> &str {
+        self.texts.get(id)
+    }
+
+    /// A copy that only reads texts (`text_of`): no lookup map, no Python string, so it is
+    /// made and dropped without the GIL. It shares this interner's full text blocks.
+    pub fn texts_only(&self) -> Interner {
+        Interner { map: FxHashMap::default(), strs: vec![], texts: self.texts.clone() }
     }
 }
 
@@ -242,7 +280,7 @@ impl Out {
         self.u32(b.len() as u32);
         self.buf.extend_from_slice(b);
     }
-    pub fn val(&mut self, py: Python<'_>, v: &Val, strings: &Interner) {
+    pub fn val(&mut self, v: &Val, strings: &Interner) {
         match v {
             Val::Null => self.u8(0),
             Val::Bool(b) => {
@@ -259,7 +297,7 @@ impl Out {
             }
             Val::Str(s) => {
                 self.u8(4);
-                self.bytes(strings.text(py, *s).as_bytes())
+                self.bytes(strings.text_of(*s).as_bytes())
             }
         }
     }
