@@ -2,7 +2,7 @@
 //! states and finalizers, driven by a plan that Python lowers and sends (see plan.rs).
 //!
 //! Modules, one concern each: `num` (exact integers, correctly rounded division), `value`
-//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `frame` (a batch's chunk as columns), `columns` (a batch's typed columns), `outcols` (a batch's values as typed columns), `arrow_ffi` (those columns to pyarrow through the Arrow C data interface), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
+//! (lowered scalars, strings, bytes), `json` (events into the reservoir's chunks), `frame` (a batch's chunk as columns), `columns` (a batch's typed columns), `outcols` (a batch's values as typed columns), `outdict` (`ingest`'s dict filled by entry index), `arrow_ffi` (those columns to pyarrow through the Arrow C data interface), `predicate` (WHERE/RATIO evaluated natively), `aggregations` (the monoids), `keyed` (group keys to
 //! ids to states), `lazy` (many sliding windows of a group-by evicting a key's events when it is touched), `slab` (a key space's records, grown without copying), `window` (cursors), `writer` (the reservoir's disk writer thread), `counters` (the reservoir's open-chunk counters, shared with Python), `trace` (where a slow call spent its time), `frozen` (a snapshot's copy of the states, written off the ingesting thread), `plan` (one stream's hot path, `StreamCore`).
 
 use pyo3::prelude::*;
@@ -18,6 +18,7 @@ mod keyed;
 mod lazy;
 mod num;
 mod outcols;
+mod outdict;
 mod plan;
 mod predicate;
 mod slab;

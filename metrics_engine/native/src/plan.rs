@@ -31,6 +31,7 @@ use crate::lazy::{Fold, LazySpace, LazyTable, LAZY_MIN_TABLES, LOG_MAX};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
 use crate::counters::Counters;
+use crate::outdict::Slots;
 use crate::outcols::{Cell, OutCol, CELL_NATIVE, CELL_OBJ, CELL_VAL};
 use crate::predicate::{truthy, Node, PVal};
 use crate::window::{Chunks, Cursor, Spec};
@@ -798,8 +799,15 @@ pub struct StreamCore {
     /// handed to the reservoir: a closing chunk's payload, moved to the writer whole.
     ojson: Vec<u8>,
     template: Option<(Py<PyDict>, bool)>,
-    /// `template` with the names in sorted order (`ingest`'s `by_name`).
-    template_by_name: Option<Py<PyDict>>,
+    /// `template` with the names in sorted order (`ingest`'s `by_name`), and each metric's
+    /// entry there, in output order.
+    template_by_name: Option<(Py<PyDict>, Vec<u32>)>,
+    /// Whether `ingest` writes a metric's value into its entry of the template's copy by
+    /// index (outdict.rs) rather than by key; settable for the benchmarks' A/B in one run and
+    /// tests. Only where the interpreter's dict layout is known (`dict_known`).
+    #[pyo3(get, set)]
+    fill_by_index: bool,
+    dict_known: bool,
     /// The JSON of the events' top-level keys, by key object (json.rs).
     json_keys: crate::json::KeyCache,
     /// Whether `ingest` asks the CPU for an event's values before it reads them
@@ -809,6 +817,9 @@ pub struct StreamCore {
     /// Outputs whose values were the previous output's (`Output::same_as_prev`; a debug
     /// counter for tests).
     reused: u64,
+    /// Values `ingest` set by key (`fill_by_index` off, or a dict it could not fill by index;
+    /// a debug counter for tests).
+    by_key: u64,
     /// Whether `ingest_arrays` looks up the keys of the row `AHEAD` rows on (`find_ahead`);
     /// settable for the benchmarks' A/B in one run.
     #[pyo3(get, set)]
@@ -900,12 +911,7 @@ impl StreamCore {
             return Ok((t.bind(py).clone(), *distinct));
         }
         let n: usize = self.outputs.iter().map(|o| o.metrics.len()).sum();
-        let t = presized_dict(py, n)?;
-        for o in &self.outputs {
-            for (name, _, _) in &o.metrics {
-                t.set_item(name.bind(py), py.None())?;
-            }
-        }
+        let t = template_dict(py, self.outputs.iter().flat_map(|o| o.metrics.iter().map(|m| &m.0)))?;
         let distinct = t.len() == n;
         self.template = Some((t.clone().unbind(), distinct));
         Ok((t, distinct))
@@ -914,22 +920,24 @@ impl StreamCore {
     /// `template` with its names in sorted order (code points, as Python's `sorted`): a copy
     /// of it keeps that order whatever order the values are set in.
     fn template_by_name<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        if let Some(t) = &self.template_by_name {
-            return Ok(t.bind(py).clone());
-        }
-        let mut names: Vec<(String, Py<PyString>)> = vec![];
-        for o in &self.outputs {
-            for (name, _, _) in &o.metrics {
-                names.push((name.bind(py).to_str()?.to_owned(), name.clone_ref(py)));
+        if self.template_by_name.is_none() {
+            let mut names: Vec<(String, usize, Py<PyString>)> = vec![];
+            for o in &self.outputs {
+                for (name, _, _) in &o.metrics {
+                    names.push((name.bind(py).to_str()?.to_owned(), names.len(), name.clone_ref(py)));
+                }
             }
+            // UTF-8 byte order is code point order; stable: the first of equal names first.
+            names.sort_by(|a, b| a.0.cmp(&b.0));
+            let t = template_dict(py, names.iter().map(|x| &x.2))?;
+            let mut at = vec![0u32; names.len()];
+            for (i, x) in names.iter().enumerate() {
+                at[x.1] = i as u32;
+            }
+            self.template_by_name = Some((t.unbind(), at));
         }
-        names.sort_by(|a, b| a.0.cmp(&b.0)); // UTF-8 byte order is code point order
-        let t = presized_dict(py, names.len())?;
-        for (_, name) in &names {
-            t.set_item(name.bind(py), py.None())?;
-        }
-        self.template_by_name = Some(t.clone().unbind());
-        Ok(t)
+        let (t, _) = self.template_by_name.as_ref().expect("made above");
+        Ok(t.bind(py).clone())
     }
 
     /// Lower one value of field `f` (a non-scalar raises `MetricInputError` naming `f`).
@@ -2047,15 +2055,16 @@ fn row_json(blob: &mut Vec<u8>, t: i64, cols: &[Column<'_>], keys: &[Vec<u8>], i
     Ok(())
 }
 
-/// A dict with room for `n` items: W2 returns 405 values per event, and growing a dict that
-/// far resizes it six times on every call.
-fn presized_dict(py: Python<'_>, n: usize) -> PyResult<Bound<'_, PyDict>> {
-    // SAFETY: `_PyDict_NewPresized` returns a new reference to an empty dict, or NULL with an
-    // exception set; `from_owned_ptr_or_err` takes the reference or raises that exception.
-    unsafe {
-        let ptr = pyo3::ffi::_PyDict_NewPresized(n as pyo3::ffi::Py_ssize_t);
-        Ok(Bound::from_owned_ptr_or_err(py, ptr)?.downcast_into_unchecked())
+/// A template of `ingest`'s dict: each of `names` mapped to None, in order. Made once per plan
+/// and copied per event, so built key by key from an empty dict: its table then holds str keys
+/// only (`_PyDict_NewPresized` would make a general one), whose lookups are the fast ones.
+fn template_dict<'a, 'py>(py: Python<'py>, names: impl Iterator<Item = &'a Py<PyString>>)
+                          -> PyResult<Bound<'py, PyDict>> {
+    let t = PyDict::new(py);
+    for name in names {
+        t.set_item(name.bind(py), py.None())?;
     }
+    Ok(t)
 }
 
 type SlotSpec = (String, String, i64, String, i64);
@@ -2090,7 +2099,8 @@ impl StreamCore {
             blob: Vec::with_capacity(1024), chunk_bytes_target, lowered: FxHashMap::default(),
             chunk_map: Chunks::default(), batch: None, scratch: Default::default(), npreds: None,
             trim_due: false, ojson: vec![b'['], template: None, template_by_name: None,
-            json_keys: Default::default(), prefetch_events: true, reused: 0,
+            fill_by_index: crate::outdict::layout_known(py), dict_known: crate::outdict::layout_known(py),
+            json_keys: Default::default(), prefetch_events: true, reused: 0, by_key: 0,
             look_ahead: true, out_block: 0,
             lazy_min_tables: LAZY_MIN_TABLES, row_len: None, columnar: true,
             key_fingerprint_bits: 64,
@@ -2361,18 +2371,44 @@ impl StreamCore {
         self.trace.begin();
         self.step(py, event, ts)?;
         let (template, distinct) = self.template(py)?;
+        let n = template.len();
         let out = if by_name { self.template_by_name(py)?.copy()? } else { template.copy()? };
+        let at = self.template_by_name.as_ref().filter(|_| by_name).map(|t| t.1.as_slice());
+        // Distinct names: each metric's entry of the copy is known (its place in the template),
+        // and its value goes there by index (outdict.rs), else by key.
+        let slots = if distinct {
+            Slots::of(&out, n, self.fill_by_index && self.dict_known)
+        } else {
+            None
+        };
+        let by_key = std::cell::Cell::new(0u64);
+        let put = |c: usize, name: &Py<PyString>, v: Bound<'py, PyAny>| -> PyResult<()> {
+            let v = match &slots {
+                Some(sl) => {
+                    let i = at.as_ref().map_or(c, |a| a[c] as usize);
+                    match sl.put(i, name.as_ptr(), v) {
+                        Ok(()) => return Ok(()),
+                        Err(v) => v,
+                    }
+                }
+                None => v,
+            };
+            by_key.set(by_key.get() + 1);
+            out.set_item(name.bind(py), v)
+        };
         // The last output's values (see `Output::same_as_prev`).
         let mut vals: Vec<Bound<'py, PyAny>> = vec![];
         let mut last: StatesId = (0, 0, 0);
+        let mut c = 0; // the metric's place in output order
         for o in &self.outputs {
             if o.alike && self.core.reads_as_before(o.table, ts, &self.cursors) {
                 // The previous output's states, so its values (`last` stays theirs).
                 self.reused += 1;
                 for ((name, _, _), v) in o.metrics.iter().zip(&vals) {
                     if !distinct || !v.is_none() {
-                        out.set_item(name.bind(py), v)?;
+                        put(c, name, v.clone())?;
                     }
+                    c += 1;
                 }
                 continue;
             }
@@ -2394,10 +2430,12 @@ impl StreamCore {
             for ((name, _, _), v) in o.metrics.iter().zip(&vals) {
                 // None is there already (unless a later output of the same name set a value).
                 if !distinct || !v.is_none() {
-                    out.set_item(name.bind(py), v)?;
+                    put(c, name, v.clone())?;
                 }
+                c += 1;
             }
         }
+        self.by_key += by_key.get();
         self.trace.mark(5);
         self.trace.end();
         Ok(out)
@@ -2663,6 +2701,11 @@ impl StreamCore {
     /// Outputs that took the previous output's values (a debug counter for tests).
     fn reused_reads(&self) -> u64 {
         self.reused
+    }
+
+    /// Values `ingest` set by key rather than by index (a debug counter for tests).
+    fn values_set_by_key(&self) -> u64 {
+        self.by_key
     }
 
     /// Events the lazy heads are behind now (`lazy_head_lag`; a debug counter for tests:
