@@ -18,7 +18,7 @@ from runner import operations as ops
 from runner.errors import NotFound, RequestInvalid
 from runner.service import Service
 from runner.state import flows, queries
-from runner.state.buffer import RUN_FIELDS, document
+from runner.state.buffer import RUN_FIELDS
 from runner.state.views import explain
 
 runs_listed_max = 500
@@ -34,7 +34,7 @@ def _pending(svc: Service) -> tuple[dict[str, dict], list[tuple]]:
     for run_id, row in runs.items():
         r = dict(zip(RUN_FIELDS, row, strict=True))
         for k in ("event", "metrics", "scores", "apps"):
-            r[k] = document(r[k])
+            r[k] = orjson.loads(r[k]) if isinstance(r[k], str) else r[k]
         out[run_id] = r
     return out, steps
 

@@ -19,7 +19,7 @@ from runner.errors import NotFound, RequestInvalid, RunFinished
 from runner.runstore.base import RunRecord
 from runner.service import Service
 from runner.state import entries, queries
-from runner.state.buffer import RUN_FIELDS, document
+from runner.state.buffer import RUN_FIELDS
 from runner.state.views import explain, presented
 
 
@@ -136,7 +136,7 @@ def run_event(svc: Service, run_id: str) -> dict | None:
         row = _read(svc, lambda cur: cur.execute(
             "SELECT event FROM runs WHERE run_id = ?", [run_id]).fetchone())
     if row is not None:
-        return document(row[0])
+        return orjson.loads(row[0]) if isinstance(row[0], str) else row[0]
     stored = svc.run_store.get(run_id)
     return None if stored is None else stored.event
 

@@ -38,11 +38,6 @@ class RunRecord:
     started_ts: int = 0
     updated_ts: int = 0
     offset: int = -1  # log offset of the entry that produced this version of the run
-    # The event's and metrics' JSON as apply made them (``runner.state.effects.Docs``: the
-    # same bytes as the two dicts'), written by ``to_json`` in their place while the record
-    # holds those very dicts; not stored itself (orjson leaves out a dataclass's fields whose
-    # names start with "_")
-    _docs: Any = field(default=None, compare=False, repr=False)
 
     @property
     def order_id(self) -> str:
@@ -82,15 +77,7 @@ class RunRecord:
     def to_json(self) -> bytes:
         # orjson serializes a dataclass itself: no deep copy of the event and path (asdict);
         # a recorded step is written as its own JSON, the same bytes as its dict's
-        docs = self._docs
-        if docs is None or docs.event is not self.event or docs.metrics is not self.metrics:
-            return orjson.dumps(self, default=_step_json)
-        # the fields in their order (``__dict__``: a dataclass's own), the event and metrics
-        # as the JSON apply made of them once for the order
-        fields = self.__dict__.copy()
-        del fields["_docs"]
-        fields["event"], fields["metrics"] = docs.event_json, docs.metrics_json
-        return orjson.dumps(fields, default=_step_json)
+        return orjson.dumps(self, default=_step_json)
 
     @classmethod
     def from_json(cls, raw: bytes) -> RunRecord:

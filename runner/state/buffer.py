@@ -115,9 +115,8 @@ class _Generation:
         containers = self.__dict__.get("_containers")
         if containers is None:
             containers = self.__dict__["_containers"] = [getattr(self, n) for n in _CONTAINERS]
-        for container in containers:
-            if container:
-                container.clear()
+        for container in filter(None, containers):  # the few this entry filled
+            container.clear()
 
 
 _CONTAINERS = tuple(_Generation.__dataclass_fields__)
@@ -275,8 +274,7 @@ class RowBuffer:
     def pending(self) -> tuple[dict[str, tuple], list[tuple]]:
         """Run rows (latest per run) and step rows applied but not yet in DuckDB, for readers
         that scan (the console's run listing, hits and backtest). Their JSON columns (a run's
-        event, metrics, scores and apps; a step's trace) may be the staged dicts or JSON, not
-        text: ``document`` reads one."""
+        event, metrics, scores and apps; a step's trace) may be the staged dicts, not text."""
         with self._lock:
             gens = [*self._in_flight, self.current]  # oldest first: a later row wins
             runs = {run_id: row for g in gens for run_id, row in g.runs.items()}
@@ -425,20 +423,8 @@ def _evict(cur: duckdb.DuckDBPyConnection, runs: list[tuple[str, int, int]]) -> 
         cur.unregister("_rows")
 
 
-def document(value: Any) -> Any:
-    """A JSON column's value of a pending row as the object it holds: staged objects as they
-    are; text (read from DuckDB), bytes (a step's trace) and an ``orjson.Fragment`` (an
-    event's JSON made once by apply) parsed."""
-    if value.__class__ is str or value.__class__ is bytes:
-        return orjson.loads(value)
-    if value.__class__ is orjson.Fragment:
-        return orjson.loads(orjson.dumps(value))
-    return value
-
-
 def _json_column(values: tuple) -> pa.Array:
-    """Staged dicts as JSON text (text already staged as it is, JSON staged as bytes or as an
-    ``orjson.Fragment`` of them (which orjson writes as they are) decoded),
+    """Staged dicts as JSON text (text already staged as it is, JSON staged as bytes decoded),
     in one comprehension: a Python call per value around orjson's was a third
     of the flusher's Python time. (Arrow takes orjson's bytes as strings too, but checks each
     one on a slow path: 8x slower.)"""

@@ -6,26 +6,7 @@ Every effect is idempotent and can be rebuilt from state after a failover (``red
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-
-import orjson
-
-
-class Docs(NamedTuple):
-    """A run's event and metrics with their JSON (``orjson.Fragment``s: orjson writes them as
-    they are, the same bytes as the objects'), made once by apply for all the runs of an
-    order: the digest hashes them, the flusher stores them, the run store's record writes
-    them. Readers check that a run still holds these very objects before using the JSON."""
-
-    event: dict[str, Any]
-    metrics: dict[str, Any]
-    event_json: orjson.Fragment
-    metrics_json: orjson.Fragment
-
-    @classmethod
-    def of(cls, event: dict[str, Any], metrics: dict[str, Any]) -> Docs:
-        return cls(event, metrics, orjson.Fragment(orjson.dumps(event)),
-                   orjson.Fragment(orjson.dumps(metrics)))
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -54,15 +35,12 @@ class StoreRun:
     changed afterwards); the ``RunRecord`` dict is built only where the store is written."""
 
     run: dict[str, Any]
-    # The JSON of the run's event and metrics apply made (``Docs``), which the record's JSON
-    # reuses; None: serialized from the run
-    docs: Docs | None = field(default=None, compare=False, repr=False)
 
     @property
     def record(self) -> dict[str, Any]:
         from runner.state.views import record_of
 
-        return record_of(self.run, self.docs)
+        return record_of(self.run)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,6 @@ from runner.state.buffer import RowBuffer, Stage
 from runner.state.digest import MASK, row_hash, run_hash, step_hash, stored_hash
 from runner.state.effects import (
     CallApp,
-    Docs,
     EnqueueReview,
     Reply,
     RunChanged,
@@ -411,9 +410,6 @@ class RunnerStateMachine:
             workflows = self._of_type[etype] = [
                 (wf_id, version, compiled) for wf_id, (version, t, compiled)
                 in sorted(self._active.items()) if t == etype]
-        # The event's and the metrics' JSON, made once for all the order's runs: the digest
-        # hashes, the flusher stores and the run store writes these bytes
-        docs = Docs.of(event, metric_values) if workflows else None
         for wf_id, version, compiled in workflows:
             run = {
                 "run_id": ids.run_id(event_id, wf_id, entry.offset), "event_id": event_id,
@@ -424,8 +420,8 @@ class RunnerStateMachine:
                 "waiting_for": None,
             }
             effects += self._walk(run, compiled, entry)
-            self._save_run(run, docs)  # from here on the run is never changed: readers get it
-            effects.append(StoreRun(run, docs))
+            self._save_run(run)  # from here on the run is never changed: readers get it
+            effects.append(StoreRun(run))
             runs.append(run)
         return [Reply(ok=True, runs=runs, result={"duplicate": False, "offset": entry.offset}),
                 *effects]
@@ -809,18 +805,14 @@ class RunnerStateMachine:
             self._active[wf_id] = (version, etype, flows.compile(orjson.loads(definition),
                                                                  version, None))
 
-    def _save_run(self, run: dict, docs: Docs | None = None) -> None:
-        """Stage the run's row; the run itself is what readers of pending runs get. ``docs``:
-        its event's and metrics' JSON (an event's new runs), which the row holds in their
-        place (a resumed run's row holds the dicts)."""
+    def _save_run(self, run: dict) -> None:
+        """Stage the run's row; the run itself is what readers of pending runs get."""
         self._stage.live[run["run_id"]] = run  # held while it waits (``_commit_stage``)
-        event, metrics = ((run["event"], run["metrics"]) if docs is None
-                          else (docs.event_json, docs.metrics_json))
         self._stage.put_run(
             (run["run_id"], run["event_id"], run["event_type"], run["workflow_id"],
              run["version"], run["state"], run["node_id"], run["decision"], run["started_ts"],
              run["updated_ts"], run["offset"], run["stored_offset"],
-             event, metrics, run["scores"], run["apps"],  # JSON when flushed
+             run["event"], run["metrics"], run["scores"], run["apps"],  # JSON when flushed
              run["waiting_for"]), run)
 
     def _load_run(self, run_id: str) -> dict:

@@ -105,6 +105,24 @@ class FinishedRuns:
         but stored_offset, its stored_offset). Returns the change of the digest's sum (the
         stored_offsets confirmed, the runs evicted)."""
         delta = 0
+        if stage.stored:  # an EffectsDone's confirmations (an order's entry has none)
+            delta += self._commit_confirmed(stage)
+        for run_id, offset, _ in stage.runs_evicted:
+            at = self._stored.bisect_left((offset, run_id))
+            if at == len(self._stored) or self._stored[at][1] != run_id:
+                raise InvariantViolation(f"run {run_id} left but was no stored candidate")
+            held = self._stored[at]
+            delta -= held[4] + stored_hash(run_id, held[5])
+            del self._stored[at]
+        unstored = self._unstored
+        for ts, offset, run_id, event_id in stage.finished:
+            entity, stored = entities[run_id]
+            unstored[run_id] = (offset, run_id, ts, event_id, entity, stored)
+        return delta
+
+    def _commit_confirmed(self, stage: Any) -> int:
+        """The stored_offsets the entry's confirmations set; returns the digest's change."""
+        delta = 0
         for held in self._confirmed(stage):  # stored_offset becomes the decided offset (a
             run_id, offset = held[1], held[0]  # confirmation never names a later version)
             del self._unstored[run_id]
@@ -115,16 +133,6 @@ class FinishedRuns:
             if held is not None and confirmed > held[5]:
                 delta += stored_hash(run_id, confirmed) - stored_hash(run_id, held[5])
                 self._unstored[run_id] = (*held[:5], confirmed)
-        for run_id, offset, _ in stage.runs_evicted:
-            at = self._stored.bisect_left((offset, run_id))
-            if at == len(self._stored) or self._stored[at][1] != run_id:
-                raise InvariantViolation(f"run {run_id} left but was no stored candidate")
-            held = self._stored[at]
-            delta -= held[4] + stored_hash(run_id, held[5])
-            del self._stored[at]
-        for ts, offset, run_id, event_id in stage.finished:
-            entity, stored = entities[run_id]
-            self._unstored[run_id] = (offset, run_id, ts, event_id, entity, stored)
         return delta
 
     # ------------------------------------------------------------ restore

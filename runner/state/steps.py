@@ -28,12 +28,13 @@ _ATTRIBUTES = frozenset(KEYS[:5])  # a StepResult's attributes of the same name 
 class Step(Mapping):
     """One recorded step (see the module doc). Never changed once made."""
 
-    __slots__ = ("result", "seq", "ts")
+    __slots__ = ("result", "seq", "ts", "_json")
 
     def __init__(self, result: StepResult, seq: int, ts: int) -> None:
         self.result = result
         self.seq = seq
         self.ts = ts
+        self._json: bytes | None = None  # made once: apply stages it, the run store writes it
 
     def __getitem__(self, key: str) -> Any:
         if key in _ATTRIBUTES:
@@ -63,8 +64,13 @@ class Step(Mapping):
         return out
 
     def to_json(self) -> bytes:
-        """``orjson.dumps(self.as_dict())``, from the result's JSON made once."""
-        return b'%b,"seq":%d,"ts":%d}' % (self.result.to_json()[:-1], self.seq, self.ts)
+        """``orjson.dumps(self.as_dict())``, from the result's JSON made once; made once
+        itself (the step row apply stages, then every record of the run the store writes)."""
+        raw = self._json
+        if raw is None:
+            raw = self._json = b'%b,"seq":%d,"ts":%d}' % (self.result.to_json()[:-1],
+                                                          self.seq, self.ts)
+        return raw
 
 
 def as_dict(step: Mapping[str, Any]) -> dict[str, Any]:

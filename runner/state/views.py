@@ -94,13 +94,11 @@ def presented(run: dict) -> dict:
     }
 
 
-def record_of(run: dict, docs: Any = None) -> dict[str, Any]:
+def record_of(run: dict) -> dict[str, Any]:
     """The run as a ``RunRecord`` dict for the run store. Its path holds the steps as apply
     recorded them (``Step``: mappings equal to their dicts; ``RunRecord.to_json`` writes each
-    one's own JSON), or their dicts as restored: no step dict is built here. ``docs``: the
-    event's and metrics' JSON apply made (``effects.Docs``), which ``to_json`` writes."""
+    one's own JSON), or their dicts as restored: no step dict is built here."""
     return {
-        "_docs": docs,
         "run_id": run["run_id"], "event_id": run["event_id"], "event_type": run["event_type"],
         "workflow_id": run["workflow_id"], "workflow_version": run["version"],
         "state": run["state"], "event": run["event"], "path": list(run["path"]),

@@ -7,8 +7,6 @@ store record's JSON is written from its steps' own JSON, the same bytes as from 
 
 from __future__ import annotations
 
-import dataclasses
-
 import orjson
 
 from replog.protocols import Applied
@@ -16,7 +14,6 @@ from runner.forwarder import decode_applied, encode_applied
 from runner.operations import view_of_record
 from runner.runstore.base import RunRecord
 from runner.state import digest, entries, queries
-from runner.state.buffer import RUN_FIELDS, document
 from runner.state.effects import Reply, RunChanged, StoreRun
 from runner.state.machine import RunnerStateMachine
 from runner.state.steps import Step, path_dicts
@@ -24,7 +21,7 @@ from runner.state.views import presented, sentence
 from tests.runner.fakes import BruteForceW1Engine
 from tests.runner.test_digest import history
 from tests.runner.test_hot_resume import FlushingLog
-from tests.runner.test_machine import T0, Log, order, reply, setup_w3
+from tests.runner.test_machine import T0, order, reply, setup_w3
 
 # a view's fields that a run store record gives back alike (it holds no waiting_for, and its
 # node_id is where the path ends)
@@ -142,36 +139,3 @@ def test_a_run_restored_while_it_waited_presents_alike(tmp_path):
     assert a._rows_total == b._rows_total == digest.scan(b.con).total  # the rows' digest
     for m in (a, b):
         m.close()
-
-
-def test_an_orders_event_and_metrics_are_serialized_once_and_read_back_alike(tmp_path):
-    """Apply makes the event's and the metrics' JSON once per order (``Docs``): the pending
-    row holds it, readers of pending rows parse it back, and the run store's record writes
-    it byte for byte as the dicts' JSON; a record whose event was replaced writes its own."""
-    m = RunnerStateMachine(tmp_path / "m", engine=BruteForceW1Engine())
-    log = Log(m)
-    setup_w3(log)
-    effects = log.apply(entries.EVENT_RECEIVED, order("o-1", note="é \u2028 \"q\""))
-    (stored,) = [e for e in effects if isinstance(e, StoreRun)]
-    run = stored.run
-    assert stored.docs is not None and stored.docs.event is run["event"]
-    row = m.peek_pending()[0][run["run_id"]]
-    event, metrics = row[RUN_FIELDS.index("event")], row[RUN_FIELDS.index("metrics")]
-    assert document(event) == run["event"] and document(metrics) == run["metrics"]
-    assert run["metrics"] and orjson.dumps(event) == orjson.dumps(run["event"])
-    record = RunRecord(**stored.record)
-    plain = RunRecord(**{**stored.record, "_docs": None})
-    assert record.to_json() == plain.to_json() == orjson.dumps(plain, default=lambda s: s.as_dict())
-    other = {**run["event"], "event_id": "o-2"}
-    replaced = dataclasses.replace(record, event=other)  # keeps _docs, not its event
-    assert orjson.loads(replaced.to_json())["event"] == other
-    m.flush()
-    cur = m.reader()
-    try:
-        (text,) = cur.execute("SELECT event FROM runs WHERE run_id = ?",
-                              [run["run_id"]]).fetchone()
-    finally:
-        cur.close()
-    assert text == orjson.dumps(run["event"]).decode()
-    assert m._rows_total == digest.scan(m.con).total
-    m.close()
