@@ -52,7 +52,9 @@ CURSORS_PER_STREAM_MAX = 4096
 METRICS_MAX = 100_000
 # Lazy eviction (native lazy.rs): the `RANGE` tables a group-by needs before its keys' events
 # are evicted when the key is touched rather than by every window's head. None: the core's
-# default (``railflow_metrics_native.LAZY_MIN_TABLES``); a large number keeps every table eager.
+# default (``railflow_metrics_native.LAZY_MIN_TABLES``, and ``LAZY_MIN_ALLOCATING`` for a
+# group-by whose states allocate per new key: sets, queues, power sums); a number set here is
+# both, so a large one keeps every table eager.
 LAZY_MIN_TABLES: int | None = None
 
 
@@ -414,6 +416,7 @@ class StreamPlan:
         self.core = StreamCore(res, MetricInputError, InvariantViolation)
         if LAZY_MIN_TABLES is not None:
             self.core.lazy_min_tables = LAZY_MIN_TABLES
+            self.core.lazy_min_allocating = LAZY_MIN_TABLES
         # The reservoir reaches the core through a weak reference: the core holds the
         # reservoir natively, where the collector cannot see it, so a bound method here made a
         # cycle it could never free (every dropped plan kept its whole state: a features task

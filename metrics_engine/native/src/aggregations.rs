@@ -47,6 +47,17 @@ impl Kind {
 }
 
 impl Kind {
+    /// Whether a new state of this kind allocates when its first value comes: a distinct
+    /// set, a queue (OLDEST, MIN/MAX), power sums past the first (VARIANCE, STDDEV,
+    /// SKEWNESS). A lazy key space (lazy.rs) makes such states only for keys that turn eager.
+    pub fn allocates(&self) -> bool {
+        match self {
+            Kind::Moments(order) => *order > 1,
+            Kind::Extreme(_) | Kind::Distinct | Kind::Fifo => true,
+            Kind::Count | Kind::Recent | Kind::Ratio => false,
+        }
+    }
+
     /// Whether a state of this kind leaves value `v` out (adding it changes nothing).
     pub fn skips(&self, v: &Val) -> bool {
         match self {

@@ -41,6 +41,12 @@ pub const LOG_MAX: usize = 4;
 /// `StreamCore.lazy_min_tables`): with a few windows an event's evictions cost about what its
 /// log and folds cost, and the eager path keeps no log.
 pub const LAZY_MIN_TABLES: usize = 4;
+/// Lazy tables a key space needs when one of them keeps states that allocate for a new key
+/// (`Kind::allocates`: W2's distinct sets, OLDEST queues, power sums): an eager new key makes
+/// them at its first event (with their first pages), a raw key logs the event and its reads
+/// fold into reused states, so one such table is enough (settable per core:
+/// `StreamCore.lazy_min_allocating`).
+pub const LAZY_MIN_ALLOCATING: usize = 1;
 /// Ids with a log the sweep visits per event, and ids it looks at to find them.
 const SWEEP_IDS: usize = 2;
 const SWEEP_SCAN: usize = 16;

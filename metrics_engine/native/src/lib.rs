@@ -62,6 +62,7 @@ fn railflow_metrics_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Events a cursor feeding no window passes per event (pipeline backfills replay it).
     m.add("IDLE_STEP_MAX", plan::IDLE_STEP_MAX)?;
     m.add("LAZY_MIN_TABLES", lazy::LAZY_MIN_TABLES)?;
+    m.add("LAZY_MIN_ALLOCATING", lazy::LAZY_MIN_ALLOCATING)?;
     m.add("LOG_MAX", lazy::LOG_MAX)?;
     m.add("TRACE_SECTIONS", trace::SECTIONS.to_vec())?;
     Ok(())

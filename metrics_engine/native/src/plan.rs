@@ -27,7 +27,7 @@ use rustc_hash::FxHashMap;
 
 use crate::aggregations::{lower as finalize, lower_scalar, lower_typed, Func, Kind, State, Typed};
 use crate::keyed::{GroupTable, Hop, Input, KeySpace, View};
-use crate::lazy::{Fold, LazySpace, LazyTable, LAZY_MIN_TABLES, LOG_MAX};
+use crate::lazy::{Fold, LazySpace, LazyTable, LAZY_MIN_ALLOCATING, LAZY_MIN_TABLES, LOG_MAX};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
 use crate::counters::Counters;
@@ -674,7 +674,7 @@ impl Core {
     /// Choose the lazy tables of a new plan (lazy.rs): the plain tables of windows that take
     /// the current event (the `all` tail) and have a head of a time bound, in the key spaces
     /// holding at least `min` of them. Every key a lazy table holds states for is eager.
-    fn plan_lazy(&mut self, cursors: &[Cursor], min: usize) {
+    fn plan_lazy(&mut self, cursors: &[Cursor], min: usize, min_allocating: usize) {
         self.eager_epoch += 1;
         self.lazy = vec![None; self.tables.len()];
         let mut cand: Vec<Vec<(usize, usize, i64, u64, Option<usize>)>> = vec![vec![]; self.spaces.len()];
@@ -705,7 +705,8 @@ impl Core {
         self.logs = (0..self.spaces.len()).map(|_| None).collect();
         let mut fams: Vec<(Option<usize>, Vec<Kind>, Vec<Input>)> = vec![];
         for (s, c) in cand.into_iter().enumerate() {
-            if c.len() < min.max(1) {
+            let allocates = c.iter().any(|&(t, ..)| self.tables[t].kinds.iter().any(Kind::allocates));
+            if c.len() < if allocates { min_allocating } else { min }.max(1) {
                 continue;
             }
             let mut inputs: Vec<Input> = vec![];
@@ -832,6 +833,10 @@ pub struct StreamCore {
     /// (plan.py sets it; tests set it high to run the eager path alone).
     #[pyo3(get, set)]
     lazy_min_tables: usize,
+    /// `lazy_min_tables` for a key space one of whose lazy tables keeps states that allocate
+    /// for a new key (`LAZY_MIN_ALLOCATING`; plan.py sets both when it sets one).
+    #[pyo3(get, set)]
+    lazy_min_allocating: usize,
     /// Events the heads all of whose windows are lazy (`Cursor::lazy`) may fall behind by:
     /// they move every that many events, or at once when the event's key is eager in a lazy
     /// space (its states are read) or a call other than an ingest comes (`catch_up`). A raw
@@ -2102,7 +2107,8 @@ impl StreamCore {
             fill_by_index: crate::outdict::layout_known(py), dict_known: crate::outdict::layout_known(py),
             json_keys: Default::default(), prefetch_events: true, reused: 0, by_key: 0,
             look_ahead: true, out_block: 0,
-            lazy_min_tables: LAZY_MIN_TABLES, row_len: None, columnar: true,
+            lazy_min_tables: LAZY_MIN_TABLES, lazy_min_allocating: LAZY_MIN_ALLOCATING,
+            row_len: None, columnar: true,
             key_fingerprint_bits: 64,
             lazy_head_lag: LAZY_HEAD_LAG, busy: None, behind: 0, behind_to: (0, 0),
             trace: Default::default(), res_io: None,
@@ -2335,7 +2341,7 @@ impl StreamCore {
         self.lowered.clear(); // rows of the old plan's width
         self.template = None; // names of the old plan's outputs
         self.template_by_name = None;
-        self.core.plan_lazy(&self.cursors, self.lazy_min_tables);
+        self.core.plan_lazy(&self.cursors, self.lazy_min_tables, self.lazy_min_allocating);
         // Outputs of lazy tables that fold alike (lazy.rs) read one fold for a raw key: the
         // values of the output before, when its states are that very fold (`states_id`).
         let fam = |o: &Output| self.core.lazy[self.core.groups[o.table].0].as_ref().map(|l| l.fam);
