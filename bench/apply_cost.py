@@ -189,7 +189,7 @@ def run_store_records(feed: Feed, measured_from: int, runs_per_call: int = 25) -
         protocol = TCyBinaryProtocolFactory()  # what happybase sends with (Cython)
         thread0 = time.thread_time_ns()
         for at in range(0, len(stores), runs_per_call):
-            records = [RunRecord(**e.record) for e in stores[at:at + runs_per_call]]
+            records = [RunRecord.of_fields(e.record) for e in stores[at:at + runs_per_call]]
             serialize(Hbase.mutateRowsTs_args(
                 tableName=b"runs", rowBatches=[m for r in records for m in _mutations(r)],
                 timestamp=1 << 32, attributes={}), protocol)

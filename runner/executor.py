@@ -156,7 +156,7 @@ class EffectExecutor:
                     latest[e.run["run_id"]] = (e, term)
             by_term: dict[int | None, list[RunRecord]] = {}
             for e, term in latest.values():  # records built off the apply thread
-                by_term.setdefault(term, []).append(RunRecord(**record_of(e.run)))
+                by_term.setdefault(term, []).append(RunRecord.of_fields(record_of(e.run)))
             records = [r for group in by_term.values() for r in group]
             for term, group in sorted(by_term.items(), key=lambda t: -1 if t[0] is None else t[0]):
                 if not self._put_until_done(group, term):

@@ -7,7 +7,10 @@ store record's JSON is written from its steps' own JSON, the same bytes as from 
 
 from __future__ import annotations
 
+import dataclasses
+
 import orjson
+import pytest
 
 from replog.protocols import Applied
 from runner.forwarder import decode_applied, encode_applied
@@ -21,7 +24,7 @@ from runner.state.views import presented, sentence
 from tests.runner.fakes import BruteForceW1Engine
 from tests.runner.test_digest import history
 from tests.runner.test_hot_resume import FlushingLog
-from tests.runner.test_machine import T0, order, reply, setup_w3
+from tests.runner.test_machine import T0, Log, order, reply, setup_w3
 
 # a view's fields that a run store record gives back alike (it holds no waiting_for, and its
 # node_id is where the path ends)
@@ -77,6 +80,9 @@ def check_run(m: RunnerStateMachine, run: dict) -> None:
 
 def check_record(effect: StoreRun) -> None:
     record = RunRecord(**effect.record)
+    fast = RunRecord.of_fields(effect.record)  # as the run-store writer builds it
+    assert fast == record and fast.to_json() == record.to_json()
+    assert list(fast.__dict__) == list(record.__dict__)
     # the recorded steps go to the store as themselves, written as their own JSON: byte for
     # byte the record of their dicts (what the run store held before)
     assert all(a is b for a, b in zip(record.path, effect.run["path"], strict=True))
@@ -139,3 +145,24 @@ def test_a_run_restored_while_it_waited_presents_alike(tmp_path):
     assert a._rows_total == b._rows_total == digest.scan(b.con).total  # the rows' digest
     for m in (a, b):
         m.close()
+
+
+def test_a_record_built_from_its_fields_is_the_dataclass_record(tmp_path):
+    """``RunRecord.of_fields`` skips the frozen ``__init__`` only for a dict of every field in
+    order; a dict missing one, or in another order, still gets the dataclass's defaults and
+    the JSON's field order; the record stays frozen."""
+    m = RunnerStateMachine(tmp_path / "m", engine=BruteForceW1Engine())
+    log = Log(m)
+    setup_w3(log)
+    (stored,) = [e for e in log.apply(entries.EVENT_RECEIVED, order("o-1"))
+                 if isinstance(e, StoreRun)]
+    m.close()
+    fields = stored.record
+    record = RunRecord.of_fields(fields)
+    assert record == RunRecord(**fields) and record.to_json() == RunRecord(**fields).to_json()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.state = "decided"  # type: ignore[misc]
+    partial = {k: v for k, v in fields.items() if k != "offset"}
+    assert RunRecord.of_fields(partial).offset == -1  # the default, as __init__ sets it
+    shuffled = dict(reversed(list(fields.items())))
+    assert RunRecord.of_fields(shuffled).to_json() == record.to_json()
