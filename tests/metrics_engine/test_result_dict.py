@@ -25,8 +25,11 @@ LATE = ("SELECT SUM(amount) AS a_late, MAX(amount) AS z_late FROM payments GROUP
         "RANGE 1 HOURS")
 
 
-def _run(tmp_path, by_index: bool, by_name: bool) -> tuple[list[dict], int]:
-    eng = Engine(tmp_path / f"{by_index}{by_name}", **OPTS)
+def _run(tmp_path, by_index: bool, by_name: bool, keep: bool = True
+         ) -> tuple[list[dict], int]:
+    """Every event's dict (``keep``: the dict itself; else a copy, the dict let go of, so
+    the core may fill it again), and the values set by key."""
+    eng = Engine(tmp_path / f"{by_index}{by_name}{keep}", **OPTS)
     for m in MISALIGNED + METRICS:
         eng.define(m)
     core = eng._plan.streams["payments"].core
@@ -40,7 +43,9 @@ def _run(tmp_path, by_index: bool, by_name: bool) -> tuple[list[dict], int]:
             eng.drop("s5")
             eng.drop("k2")
         core.fill_by_index = by_index  # a new plan keeps the setting; set it again anyway
-        out.append(ingest("payments", ev, t))
+        got = ingest("payments", ev, t)
+        out.append(got if keep else dict(got))
+        del got
     by_key = core.values_set_by_key()
     eng.close()
     return out, by_key
@@ -64,6 +69,12 @@ def test_values_by_index_equal_values_by_key(tmp_path, by_name):
         assert [type(v) for v in a.values()] == [type(v) for v in b.values()]
     if by_name:
         assert all(list(d) == sorted(d) for d in fast)
+    # Let go of each dict: the core fills it again, to the same values.
+    again, _ = _run(tmp_path, True, by_name, keep=False)
+    for a, b in zip(again, slow):
+        assert list(a) == list(b)
+        assert a == b
+        assert [type(v) for v in a.values()] == [type(v) for v in b.values()]
     stream = events(900, 5)
     check_values([d for m in MISALIGNED for d in parse(m)], stream[:300], fast[:300])
 
@@ -84,3 +95,42 @@ def test_the_fast_path_is_taken_where_the_layout_is_known(tmp_path):
     assert list(second) == list(kept)
     assert all(v is not None for v in second.values())
     eng.close()
+
+
+def test_a_dict_let_go_of_is_filled_again_only_as_it_was(tmp_path):
+    """A dict the caller let go of is filled again (all of it, None too); one it still
+    holds, or changed in its keys before letting go, is not: a fresh one comes."""
+    eng = Engine(tmp_path / "e", **OPTS)
+    ref = Engine(tmp_path / "ref", **OPTS)
+    for m in MISALIGNED + METRICS:
+        eng.define(m)
+        ref.define(m)
+    core = eng._plan.streams["payments"].core
+    ref._plan.streams["payments"].core.fill_by_index = False  # by key, a fresh dict each
+    stream = events(400, 9)
+    held = []
+    for i, (t, ev) in enumerate(stream):
+        want = ref.ingest("payments", ev, t)
+        before = core.dicts_recycled()
+        got = eng.ingest("payments", ev, t)
+        assert got == want and list(got) == list(want), i
+        assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
+        recycled = core.dicts_recycled() > before
+        if i % 5 == 1:
+            held.append((got, dict(got)))  # still held: never filled again
+        elif i % 5 == 2:
+            got["extra"] = 1  # a key more: not this dict's shape any longer
+        elif i % 5 == 3:
+            del got["w0"]
+            got["w0"] = None  # same keys, another order of entries
+        elif i % 5 == 4:
+            got["k1"] = [1, 2]  # a value changed (a container): every value is set again
+        if sys.version_info[:2] == (3, 11) and i > 0:
+            # Filled again after an event whose dict was let go of unchanged in its keys.
+            assert recycled == ((i - 1) % 5 in (0, 4)), i
+        del got
+    for d, copy in held:
+        assert d == copy
+    assert core.values_set_by_key() == 0 or sys.version_info[:2] != (3, 11)
+    eng.close()
+    ref.close()

@@ -809,6 +809,11 @@ pub struct StreamCore {
     #[pyo3(get, set)]
     fill_by_index: bool,
     dict_known: bool,
+    /// `ingest`'s last dict and whether by name: filled again if the caller let go of it
+    /// (outdict.rs).
+    last_out: Option<(Py<PyDict>, bool)>,
+    /// Dicts `ingest` filled again (a debug counter for tests).
+    recycled: u64,
     /// The JSON of the events' top-level keys, by key object (json.rs).
     json_keys: crate::json::KeyCache,
     /// Whether `ingest` asks the CPU for an event's values before it reads them
@@ -2105,6 +2110,7 @@ impl StreamCore {
             chunk_map: Chunks::default(), batch: None, scratch: Default::default(), npreds: None,
             trim_due: false, ojson: vec![b'['], template: None, template_by_name: None,
             fill_by_index: crate::outdict::layout_known(py), dict_known: crate::outdict::layout_known(py),
+            last_out: None, recycled: 0,
             json_keys: Default::default(), prefetch_events: true, reused: 0, by_key: 0,
             look_ahead: true, out_block: 0,
             lazy_min_tables: LAZY_MIN_TABLES, lazy_min_allocating: LAZY_MIN_ALLOCATING,
@@ -2341,6 +2347,7 @@ impl StreamCore {
         self.lowered.clear(); // rows of the old plan's width
         self.template = None; // names of the old plan's outputs
         self.template_by_name = None;
+        self.last_out = None;
         self.core.plan_lazy(&self.cursors, self.lazy_min_tables, self.lazy_min_allocating);
         // Outputs of lazy tables that fold alike (lazy.rs) read one fold for a raw key: the
         // values of the output before, when its states are that very fold (`states_id`).
@@ -2378,14 +2385,36 @@ impl StreamCore {
         self.step(py, event, ts)?;
         let (template, distinct) = self.template(py)?;
         let n = template.len();
-        let out = if by_name { self.template_by_name(py)?.copy()? } else { template.copy()? };
+        if by_name {
+            self.template_by_name(py)?;
+        }
         let at = self.template_by_name.as_ref().filter(|_| by_name).map(|t| t.1.as_slice());
+        let by_index = distinct && self.fill_by_index && self.dict_known;
+        // The last call's dict, if the caller let go of it and each name is still in its entry
+        // (outdict.rs): every value is written again, None too.
+        let again = self.last_out.take()
+            .filter(|(d, b)| by_index && *b == by_name && d.get_refcnt(py) == 1)
+            .map(|(d, _)| d.into_bound(py))
+            .and_then(|d| Slots::of(&d, n, by_index).map(|sl| (d, sl)))
+            .filter(|(_, sl)| self.outputs.iter().flat_map(|o| o.metrics.iter()).enumerate()
+                .all(|(c, m)| sl.holds(at.map_or(c, |a| a[c] as usize), m.0.as_ptr())));
+        let fresh = again.is_none();
         // Distinct names: each metric's entry of the copy is known (its place in the template),
         // and its value goes there by index (outdict.rs), else by key.
-        let slots = if distinct {
-            Slots::of(&out, n, self.fill_by_index && self.dict_known)
-        } else {
-            None
+        let (out, slots) = match again {
+            Some((d, sl)) => {
+                self.recycled += 1;
+                (d, Some(sl))
+            }
+            None => {
+                let t = match &self.template_by_name {
+                    Some((t, _)) if by_name => t.bind(py).clone(),
+                    _ => template,
+                };
+                let out = t.copy()?;
+                let slots = if distinct { Slots::of(&out, n, by_index) } else { None };
+                (out, slots)
+            }
         };
         let by_key = std::cell::Cell::new(0u64);
         let put = |c: usize, name: &Py<PyString>, v: Bound<'py, PyAny>| -> PyResult<()> {
@@ -2411,7 +2440,7 @@ impl StreamCore {
                 // The previous output's states, so its values (`last` stays theirs).
                 self.reused += 1;
                 for ((name, _, _), v) in o.metrics.iter().zip(&vals) {
-                    if !distinct || !v.is_none() {
+                    if !fresh || !distinct || !v.is_none() {
                         put(c, name, v.clone())?;
                     }
                     c += 1;
@@ -2434,14 +2463,18 @@ impl StreamCore {
             }
             last = here;
             for ((name, _, _), v) in o.metrics.iter().zip(&vals) {
-                // None is there already (unless a later output of the same name set a value).
-                if !distinct || !v.is_none() {
+                // None is there already in a fresh copy (unless a later output of the same
+                // name set a value).
+                if !fresh || !distinct || !v.is_none() {
                     put(c, name, v.clone())?;
                 }
                 c += 1;
             }
         }
         self.by_key += by_key.get();
+        if by_index {
+            self.last_out = Some((out.clone().unbind(), by_name));
+        }
         self.trace.mark(5);
         self.trace.end();
         Ok(out)
@@ -2712,6 +2745,12 @@ impl StreamCore {
     /// Values `ingest` set by key rather than by index (a debug counter for tests).
     fn values_set_by_key(&self) -> u64 {
         self.by_key
+    }
+
+    /// Dicts `ingest` filled again after the caller let go of them (a debug counter for
+    /// tests).
+    fn dicts_recycled(&self) -> u64 {
+        self.recycled
     }
 
     /// Events the lazy heads are behind now (`lazy_head_lag`; a debug counter for tests:
