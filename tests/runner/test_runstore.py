@@ -1,11 +1,13 @@
 """The run store contract, for the in-memory, RocksDB and real HBase stores."""
 
+import hashlib
 import uuid
 
 import orjson
 import pytest
 
 from infra import endpoints
+from runner import ids
 from runner.runstore import keys
 from runner.runstore.base import RunRecord
 from runner.runstore.memory import MemoryRunStore
@@ -275,6 +277,16 @@ def test_lookup_by_event_id_finds_every_run_of_the_event(store):
     assert set(found) == {"r1", "r2"} and found["r1"].decision == "block"
     assert [r.run_id for r in store.lookup("event", "o-10")] == ["r3"]
     assert store.lookup("event", "ord-9") == [] and store.lookup("event", "o-") == []
+
+
+def test_hash_prefix_is_md5s_hex_for_any_key():
+    """Row keys are stored: the prefix stays MD5's first hex digits whichever implementation
+    computes it (long, empty and non-ASCII keys too)."""
+    for key in ("", "r_0123456789abcdef0123", "card-3138", "cust/é✓", "x" * 10_000,
+                *(f"o-{i}" for i in range(300))):
+        for chars in (4, 8):
+            assert ids.hash_prefix(key, chars) == hashlib.md5(key.encode()).hexdigest()[:chars]
+    assert keys.run_key("r_1") == f"run/{hashlib.md5(b'r_1').hexdigest()[:4]}/r_1".encode()
 
 
 def test_row_keys_are_spread_by_hash_prefix():
