@@ -438,6 +438,8 @@ class StreamPlan:
         self.value_funcs: list[tuple[str, str, str | None]] = []  # (metric, function, field)
         self.field_kinds: dict[str, str] = {}  # each field's kind in the last batch typing it
         self._kinds_memo: tuple = (None, None, {})  # value_kinds' last (funcs, fields, answer)
+        # The last batch's Arrow schema: (export's schema_key, pyarrow Schema, its names).
+        self.arrow_schema: tuple | None = None
         self._next_cid = 0
 
     def synced(self, c: Cursor) -> bool:
@@ -699,8 +701,18 @@ class Plan:
             rows = len(ts_bytes) // 8
             if not isinstance(out, dict):
                 # All the columns as one record batch (the native core's buffers, no copy).
-                batch = pa.RecordBatch._import_from_c(*out.addresses())
-                return dict(zip(batch.schema.names, batch.columns, strict=True))
+                # The schema (240 fields for W1's misaligned windows) is imported once per
+                # names and formats, by the export's hash of them; then only the arrays.
+                key, arrays = out.schema_key(), out.addresses()[0]
+                known = sp.arrow_schema
+                if known is not None and known[0] == key:
+                    batch = pa.RecordBatch._import_from_c(arrays, known[1])
+                    names = known[2]
+                else:
+                    batch = pa.RecordBatch._import_from_c(*out.addresses())
+                    names = batch.schema.names
+                    sp.arrow_schema = (key, batch.schema, names)
+                return dict(zip(names, batch.columns, strict=True))
             if misfits:
                 values = {n: v if isinstance(v, list) else _arrow_column(v, rows).to_pylist()
                           for n, v in out.items()}

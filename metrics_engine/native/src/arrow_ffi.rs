@@ -178,6 +178,8 @@ fn array(length: usize, nulls: usize, buffers: Vec<Option<Owned>>, children: Vec
 pub struct Exported {
     array: *mut ArrowArray,
     schema: *mut ArrowSchema,
+    /// A hash of the columns' names and formats (`schema_key`).
+    key: u64,
 }
 
 // SAFETY: the structs are owned here alone (until moved out by an import) and touched only
@@ -188,16 +190,19 @@ unsafe impl Sync for Exported {}
 impl Exported {
     /// The batch of `columns` (name, column), `rows` rows each.
     pub fn new(columns: Vec<(String, Column)>, rows: usize) -> Exported {
+        use std::hash::{Hash, Hasher};
         let mut fields = Vec::with_capacity(columns.len());
         let mut arrays = Vec::with_capacity(columns.len());
+        let mut h = std::collections::hash_map::DefaultHasher::new();
         for (name, c) in columns {
+            (name.as_str(), c.format).hash(&mut h);
             fields.push(Box::into_raw(Box::new(schema(c.format, &name, NULLABLE, vec![]))));
             arrays.push(Box::into_raw(Box::new(array(c.length, c.nulls, c.buffers, vec![]))));
         }
         // A struct array of the columns: its one buffer, validity, is absent (no null rows).
         let schema = Box::into_raw(Box::new(schema("+s", "", 0, fields)));
         let array = Box::into_raw(Box::new(array(rows, 0, vec![None], arrays)));
-        Exported { array, schema }
+        Exported { array, schema, key: h.finish() }
     }
 }
 
@@ -207,6 +212,13 @@ impl Exported {
     /// `pyarrow.RecordBatch._import_from_c`.
     fn addresses(&self) -> (usize, usize) {
         (self.array as usize, self.schema as usize)
+    }
+
+    /// A hash of the batch's column names and formats: two exports of equal keys have the
+    /// same schema, so the importer may import the schema once and then only the arrays
+    /// (`_import_from_c(array, schema)`; the schema struct is then released here).
+    fn schema_key(&self) -> u64 {
+        self.key
     }
 }
 
