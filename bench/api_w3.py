@@ -82,6 +82,8 @@ templates_max = 50_000
 latency_us_max = 60_000_000
 P1 = {"p99_ms": 10.0, "p999_ms": 25.0}
 GENERATOR_CORE_SHARE_MAX = 0.05
+# The nodes' gil-watch period (runner.gilwatch): ~0.2 % of a core, read by the census
+GIL_WATCH_MS = 5.0
 # 5 % of a core at 2,000/s: the generator's CPU per request that keeps it within the budget
 GENERATOR_CPU_US_PER_REQUEST_MAX = 25.0
 
@@ -262,13 +264,16 @@ def percentiles(hist: HdrHistogram) -> dict[str, float]:
             "max_ms": ms(hist.get_max_value()), "min_ms": ms(hist.get_min_value())}
 
 
-def take_round_trips(leader_url: str, secret: str) -> tuple[HdrHistogram, list]:
+def take_round_trips(leader_url: str,
+                     secret: str) -> tuple[HdrHistogram, list, HdrHistogram | None]:
     """The leader's log round trips since the last call (the call starts a new histogram),
-    and its cyclic collector's runs over the same time."""
+    its cyclic collector's runs and how late its gil-watch thread ran, over the same time."""
     path = "/internal/v1/round-trip"
     body = httpx.post(leader_url + path, timeout=10,
                       headers=signing.internal_headers(secret, "POST", path)).json()
-    return HdrHistogram.decode(body["hdr"].encode()), body["collections"]["runs"]
+    gil = body.get("gil_wait_hdr")
+    return (HdrHistogram.decode(body["hdr"].encode()), body["collections"]["runs"],
+            HdrHistogram.decode(gil.encode()) if gil else None)
 
 
 def node_threads(url: str, secret: str) -> dict[int, str]:
@@ -351,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="railflow-w3-"))
     # The peer row calls the demo scorer, which cluster nodes serve only when asked to.
     cluster = NodeCluster(data_dir, topic, 3, base_port=free_base_port(3),
-                          env={"RAILFLOW_DEMO_SCORER": "true"})
+                          env={"RAILFLOW_DEMO_SCORER": "true",
+                               "RAILFLOW_GIL_WATCH_MS": str(GIL_WATCH_MS)})
     results: list[dict[str, Any]] = []
     censuses: list[dict[str, Any]] = []
     try:

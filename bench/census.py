@@ -114,13 +114,15 @@ class Census:
 
     ``processes``: name -> pid of every process to account for. ``nodes``: name -> (pid, a
     callable returning that node's ``{tid: python name}``). ``round_trip``: a callable that
-    returns the leader's round-trip histogram since its last call (and starts a new one) and
-    its cyclic collector's runs over the same time
-    (``[[generation, wall ms, CPU ms, objects freed], ...]``).
+    returns the leader's round-trip histogram since its last call (and starts a new one), its
+    cyclic collector's runs over the same time
+    (``[[generation, wall ms, CPU ms, objects freed], ...]``) and how late its ``gil-watch``
+    thread got to run Python (a histogram of µs, None when the node does not watch).
     ``gc_logs``: server name -> its JVM's GC log."""
 
     def __init__(self, processes: dict[str, int], nodes: dict[str, tuple[int, Callable]],
-                 round_trip: Callable[[], tuple[HdrHistogram, list]] | None = None,
+                 round_trip: Callable[[], tuple[HdrHistogram, list, HdrHistogram | None]]
+                 | None = None,
                  interval_s: float = 1.0, slow_ms: float = slow_ms_default,
                  gc_logs: dict[str, Path] | None = None) -> None:
         self.processes, self.nodes, self.round_trip = processes, nodes, round_trip
@@ -128,6 +130,7 @@ class Census:
         self.interval_s, self.slow_ms = interval_s, slow_ms
         self.seconds: list[dict[str, Any]] = []
         self.round_trips = HdrHistogram(1, 60_000_000, 3)
+        self.gil_waits = HdrHistogram(1, 60_000_000, 3)
         self._names: dict[str, dict[int, str]] = {n: {} for n in nodes}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="census", daemon=True)
@@ -172,7 +175,7 @@ class Census:
                 last_names = cur["t"]
 
     def _second(self, prev: dict, cur: dict,
-                rt: tuple[HdrHistogram, list] | None) -> dict[str, Any]:
+                rt: tuple[HdrHistogram, list, HdrHistogram | None] | None) -> dict[str, Any]:
         wall = cur["t"] - prev["t"]
         busy = (cur["busy"][0] - prev["busy"][0]) / CLK_TCK / wall
         procs = {}
@@ -193,8 +196,12 @@ class Census:
         second: dict[str, Any] = {"wall": [prev["wall"], cur["wall"]], "busy_cores": busy,
                                   "procs": procs, "threads": threads}
         if rt is not None:
-            hist, collections = rt
+            hist, collections, gil = rt
             self.round_trips.add(hist)
+            if gil is not None and gil.get_total_count():
+                self.gil_waits.add(gil)
+                second["gil_wait_p99_ms"] = gil.get_value_at_percentile(99) / 1000
+                second["gil_wait_max_ms"] = gil.get_max_value() / 1000
             second["rt_count"] = hist.get_total_count()
             second["rt_p99_ms"] = hist.get_value_at_percentile(99) / 1000
             second["rt_max_ms"] = hist.get_max_value() / 1000
@@ -220,6 +227,15 @@ class Census:
         }
         if self.gc_logs:
             out["gc_pauses"] = self._gc_summary(secs, slow)
+        if self.gil_waits.get_total_count():
+            g = self.gil_waits
+            out["leader_gil_wait_ms"] = {
+                "samples": g.get_total_count(), "p50": g.get_value_at_percentile(50) / 1000,
+                "p99": g.get_value_at_percentile(99) / 1000,
+                "p999": g.get_value_at_percentile(99.9) / 1000, "max": g.get_max_value() / 1000,
+                "max_per_second_slow_vs_rest": [
+                    _r(_mean(slow, lambda s: s.get("gil_wait_max_ms"))),
+                    _r(_mean(rest, lambda s: s.get("gil_wait_max_ms")))]}
         if self.round_trip is not None:
             out["leader_collections"] = {
                 "all": _collector_runs(secs), "in_slow_seconds": _collector_runs(slow)}
@@ -304,6 +320,13 @@ def format_summary(c: dict[str, Any]) -> str:
                      "; in slow seconds: " + (", ".join(
                          f"gen {g} {r}/{t}/{m}/{c}/{n}"
                          for g, (r, t, m, c, n) in lc["in_slow_seconds"].items()) or "none"))
+    if c.get("leader_gil_wait_ms"):
+        g = c["leader_gil_wait_ms"]
+        lines.append(f"  leader's wait to run Python (gil-watch, {g['samples']} samples): p50 "
+                     f"{g['p50']} / p99 {g['p99']} / p99.9 {g['p999']} / max {g['max']} ms; "
+                     "a second's max, slow/rest seconds: "
+                     f"{g['max_per_second_slow_vs_rest'][0]}/{g['max_per_second_slow_vs_rest'][1]}"
+                     " ms")
     if c.get("gc_pauses"):
         lines.append("  JVM pauses (count, total ms, max ms; in slow seconds: count, ms): " +
                      ", ".join(f"{n} {g['count']}/{g['total_ms']}/{g['max_ms']}; "

@@ -29,6 +29,7 @@ from runner.auth import AuthStore
 from runner.errors import RequestInvalid
 from runner.executor import EffectExecutor
 from runner.forwarder import HttpForwarder, ReplayGuard
+from runner.gilwatch import GilWatch
 from runner.runstore import RunStore, open_run_store
 from runner.settings import Settings
 from runner.state import entries, queries
@@ -64,6 +65,7 @@ class Service:
         self._demo_checked = False
         self.app_urls = {"demo_score": f"{settings.url}/demo/score", **settings.app_urls}
         self.round_trip = LatencyRecorder()
+        self.gil_watch = GilWatch(settings.gil_watch_ms / 1000) if settings.gil_watch_ms else None
         self.diverged: list[dict] = []  # checkpoint offsets where replicas disagreed
 
     # ---------------------------------------------------------------- lifecycle
@@ -120,9 +122,13 @@ class Service:
         self._housekeeper = threading.Thread(target=self._housekeeping, name="housekeeping",
                                              daemon=True)
         self._housekeeper.start()
+        if self.gil_watch is not None:
+            self.gil_watch.start()
 
     def stop(self) -> None:
         self._running = False
+        if self.gil_watch is not None:
+            self.gil_watch.stop()
         self.node.stop()  # fails what the housekeeper may wait for
         # The housekeeper opens DuckDB cursors on the state's connection: closing it while one
         # opens fails the close ("connection is busy with another call").

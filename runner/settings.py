@@ -61,6 +61,9 @@ class Settings(BaseSettings):
     # young collection, and collect the whole heap every ``gc_full_every_s`` (0: never).
     gc_freeze_survivors: bool = True
     gc_full_every_s: float = Field(default=900.0, ge=0)
+    # A canary thread's period (``runner.gilwatch``): how late a thread gets to run Python.
+    # 0: off.
+    gil_watch_ms: float = Field(default=0.0, ge=0, le=1000)
     # Under uvicorn, orders are served below ASGI (``runner.api.transport``): no task, no
     # receive/send per order. Off only to measure the gain.
     lean_orders: bool = True

@@ -21,6 +21,14 @@ def _names() -> dict[int, str]:
     return {t.native_id: t.name for t in threading.enumerate()}
 
 
+def _wait_for_seconds(census: Census, n: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(census.seconds) < n:
+        assert census._thread.is_alive(), "the census thread died"
+        assert time.monotonic() < deadline, "the census took no sample"
+        time.sleep(0.05)
+
+
 def test_python_thread_names_drop_node_ids_and_pool_indexes():
     assert python_thread_name("replog-loop-node-3") == "replog-loop"
     assert python_thread_name("checkpointer_0") == "checkpointer"
@@ -32,11 +40,11 @@ def test_census_names_a_busy_thread_and_sums_the_round_trips():
 
     collected = iter([[], [[2, 30.0, 3.0, 7]], [[0, 0.5, 0.25, 0]]] + [[]] * 100)
 
-    def round_trip() -> tuple[HdrHistogram, list]:
+    def round_trip() -> tuple[HdrHistogram, list, None]:
         h = HdrHistogram(1, 60_000_000, 3)
         for v in next(values):
             h.record_value(v)
-        return h, next(collected)
+        return h, next(collected), None
 
     stop = threading.Event()
     spinner = threading.Thread(target=_spin, args=(stop,), name="spinner-node-1")
@@ -45,8 +53,7 @@ def test_census_names_a_busy_thread_and_sums_the_round_trips():
                     interval_s=0.2)
     try:
         census.start()  # takes the first histogram ([500]) as the row's start
-        while len(census.seconds) < 3:
-            time.sleep(0.05)
+        _wait_for_seconds(census, 3)
     finally:
         stop.set()
         spinner.join()
@@ -80,3 +87,25 @@ def test_gc_pauses_are_read_from_a_jvm_log_within_the_window(tmp_path):
     got = gc_pauses(log, t("2026-11-24T16:24:04+00:00"), t("2026-11-24T16:24:10+00:00"))
     assert [(ms, kind) for _, ms, kind in got] == [(3.456, "Pause Young"), (1.5, "Pause Remark")]
     assert got[0][0] == t("2026-11-24T16:24:05+00:00")
+
+
+def test_gil_waits_are_summed_and_set_beside_the_slow_seconds():
+    def hist(*values: int) -> HdrHistogram:
+        h = HdrHistogram(1, 60_000_000, 3)
+        for v in values:
+            h.record_value(v)
+        return h
+
+    samples = iter([(hist(), [], None), (hist(40_000), [], hist(100, 30_000)),
+                    (hist(500), [], hist(200, 300))] + [(hist(), [], hist())] * 100)
+    census = Census({"me": os.getpid()}, {"me": (os.getpid(), _names)}, lambda: next(samples),
+                    interval_s=0.1)
+    census.start()
+    _wait_for_seconds(census, 2)
+    summary = census.stop()
+    assert census.gil_waits.get_total_count() == 4
+    g = summary["leader_gil_wait_ms"]
+    assert 29.9 < g["max"] < 30.1
+    slow, rest = g["max_per_second_slow_vs_rest"]
+    assert 29.9 < slow < 30.1 and rest < 1
+    assert "wait to run Python" in format_summary(summary)

@@ -122,11 +122,14 @@ def digests(svc: Svc, _: Internal):
 @router.post("/internal/v1/round-trip", include_in_schema=False)
 def round_trip(svc: Svc, _: Internal):
     """The log round trips (append → applied) this node timed as leader since the last call,
-    as a base64 HdrHistogram of microseconds, and the cyclic collector's runs over the same
-    time (``runner.gcpolicy.collections``); the call starts a new histogram."""
+    as a base64 HdrHistogram of microseconds, the cyclic collector's runs over the same time
+    (``runner.gcpolicy.collections``) and, with ``gil_watch_ms`` set, how late a thread got
+    to run Python (``runner.gilwatch``, a histogram of µs); the call starts new ones."""
     hist = svc.round_trip.take()
+    gil = svc.gil_watch.take().encode().decode() if svc.gil_watch is not None else None
     return {"node_id": svc.settings.node_id, "count": hist.get_total_count(),
-            "hdr": hist.encode().decode(), "collections": gcpolicy.collections.take()}
+            "hdr": hist.encode().decode(), "collections": gcpolicy.collections.take(),
+            "gil_wait_hdr": gil}
 
 
 @router.get("/internal/v1/threads", include_in_schema=False)
