@@ -85,7 +85,30 @@ impl LazyTable {
     /// the times tell what it would have passed.
     #[inline]
     pub fn first_in(&self, times: &[(i64, u64)], head_pos: u64, t: i64) -> usize {
-        let (lo, cut) = (self.lo(head_pos), t.saturating_sub(self.reach));
+        self.probe().first_in(times, head_pos, t)
+    }
+
+    /// What `first_in` reads of it, small enough to keep beside an output (plan.rs
+    /// `Output::probe`): W1's 120 outputs each asked their table, a cache line apart.
+    pub fn probe(&self) -> Probe {
+        Probe { space: self.space, head: self.head, reach: self.reach, start_pos: self.start_pos }
+    }
+}
+
+/// A lazy table's key space, head, reach and start (`LazyTable::probe`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Probe {
+    pub space: usize,
+    pub head: usize,
+    pub reach: i64,
+    pub start_pos: u64,
+}
+
+impl Probe {
+    /// `LazyTable::first_in`.
+    #[inline]
+    pub fn first_in(&self, times: &[(i64, u64)], head_pos: u64, t: i64) -> usize {
+        let (lo, cut) = (head_pos.max(self.start_pos), t.saturating_sub(self.reach));
         times.partition_point(|a| a.1 < lo || a.0 <= cut)
     }
 }

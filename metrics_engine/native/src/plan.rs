@@ -27,7 +27,7 @@ use rustc_hash::FxHashMap;
 
 use crate::aggregations::{lower as finalize, lower_scalar, lower_typed, Func, Kind, State, Typed};
 use crate::keyed::{GroupTable, Hop, Input, KeySpace, View};
-use crate::lazy::{Fold, LazySpace, LazyTable, LAZY_MIN_ALLOCATING, LAZY_MIN_TABLES, LOG_MAX};
+use crate::lazy::{Fold, LazySpace, LazyTable, Probe, LAZY_MIN_ALLOCATING, LAZY_MIN_TABLES, LOG_MAX};
 use crate::value::{lower, In, Interner, LowerError, Out, Val};
 use crate::columns::{Column, Refused};
 use crate::counters::Counters;
@@ -101,6 +101,8 @@ struct Output {
     /// for a raw key, its values are the previous output's whenever its window leaves out the
     /// same logged events (`Core::reads_as_before`), which it tells without a read.
     alike: bool,
+    /// Its lazy table's probe (lazy.rs `Probe`) when `alike`: `reads_as_before` reads it here.
+    probe: Option<Probe>,
 }
 
 /// Which states an output read for an event (`states_id`): equal for two outputs of one
@@ -111,6 +113,22 @@ fn states_id(states: Option<&[Option<State>]>, tag: i64) -> StatesId {
     match states {
         None => (0, 0, tag),
         Some(s) => (s.as_ptr() as usize, s.len(), tag),
+    }
+}
+
+/// Ask the CPU for the head positions the outputs' `reads_as_before` reads (W1's 120 heads
+/// are a line each, out of the cache after the event's other work): their misses overlap
+/// here instead of coming one per output.
+fn prefetch_probes(outputs: &[Output], heads: &[Cursor]) {
+    #[cfg(target_arch = "x86_64")]
+    for p in outputs.iter().filter_map(|o| o.probe.as_ref()) {
+        if let Some(c) = heads.get(p.head) {
+            // SAFETY: a prefetch is a hint: it reads nothing and faults on no address.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    std::ptr::addr_of!(c.pos).cast::<i8>());
+            }
+        }
     }
 }
 
@@ -399,17 +417,18 @@ impl Core {
         Some((g, id))
     }
 
-    /// Whether group `g`'s table, which folds alike with the table the last `read` read a raw
-    /// key of (`Output::alike`), would read that very fold (or, like it, nothing) at time
+    /// Whether the lazy table of `probe` (an output's, `Output::alike`), which folds alike
+    /// with the table the last `read` read a raw key of, would read that very fold (or, like
+    /// it, nothing) at time
     /// `t`: its window leaves out the same logged events of the key. W1's 120 windows of a
     /// key that logged a few events fall into a few such runs; within a run an output costs
     /// one look at the key's log instead of a read (key id, eagerness, fold, states).
     #[inline]
-    fn reads_as_before(&self, g: usize, t: i64, heads: &[Cursor]) -> bool {
+    fn reads_as_before(&self, probe: Option<&Probe>, t: i64, heads: &[Cursor]) -> bool {
         let Some((s, id, first)) = self.raw_read else { return false };
-        let Some(lt) = &self.lazy[self.groups[g].0] else { return false };
-        let Some(ls) = self.logs[s].as_ref().filter(|_| lt.space == s) else { return false };
-        lt.first_in(ls.times(id), heads[lt.head].pos, t) == first
+        let Some(p) = probe.filter(|p| p.space == s) else { return false };
+        let Some(ls) = self.logs[s].as_ref() else { return false };
+        p.first_in(ls.times(id), heads[p.head].pos, t) == first
     }
 
     fn evict(&mut self, w: usize, row: &mut Row, ts: i64, pos: u64) -> Result<(), String> {
@@ -1397,12 +1416,13 @@ impl StreamCore {
                     }
                 }
                 self.take(py, t)?;
+                prefetch_probes(&self.outputs, &self.cursors);
                 let mut c = 0;
                 let mut last: StatesId = (0, 0, 0);
                 for o in &self.outputs {
                     let m = o.metrics.len();
                     // As in `ingest`: the previous output's states, without a read.
-                    let again = o.alike && self.core.reads_as_before(o.table, t, &self.cursors);
+                    let again = o.alike && self.core.reads_as_before(o.probe.as_ref(), t, &self.cursors);
                     let (states, again) = if again {
                         (None, true)
                     } else {
@@ -2306,7 +2326,7 @@ impl StreamCore {
                     && p.metrics.iter().zip(&metrics).all(|(a, b)| a.1 == b.1 && a.2 == b.2)
             });
             outs.push(Output { table: g, key_fields, window, pred, metrics, same_as_prev,
-                               alike: false });
+                               alike: false, probe: None });
         }
         // Tables that left the plan give their keys back to the spaces that stay.
         for mut t in old_tables.into_iter().flatten() {
@@ -2362,6 +2382,7 @@ impl StreamCore {
         for (o, a) in self.outputs.iter_mut().zip(alike) {
             o.same_as_prev |= a;
             o.alike = a;
+            o.probe = self.core.lazy[self.core.groups[o.table].0].as_ref().filter(|_| a).map(|l| l.probe());
         }
         for c in self.cursors.iter_mut() {
             c.lazy = c.inserts.is_empty() && !c.evicts.is_empty()
@@ -2383,6 +2404,7 @@ impl StreamCore {
         };
         self.trace.begin();
         self.step(py, event, ts)?;
+        prefetch_probes(&self.outputs, &self.cursors);
         let (template, distinct) = self.template(py)?;
         let n = template.len();
         if by_name {
@@ -2436,7 +2458,7 @@ impl StreamCore {
         let mut last: StatesId = (0, 0, 0);
         let mut c = 0; // the metric's place in output order
         for o in &self.outputs {
-            if o.alike && self.core.reads_as_before(o.table, ts, &self.cursors) {
+            if o.alike && self.core.reads_as_before(o.probe.as_ref(), ts, &self.cursors) {
                 // The previous output's states, so its values (`last` stays theirs).
                 self.reused += 1;
                 for ((name, _, _), v) in o.metrics.iter().zip(&vals) {
