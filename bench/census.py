@@ -131,6 +131,7 @@ class Census:
         self.seconds: list[dict[str, Any]] = []
         self.round_trips = HdrHistogram(1, 60_000_000, 3)
         self.gil_waits = HdrHistogram(1, 60_000_000, 3)
+        self.round_trip_failures = 0
         self._names: dict[str, dict[int, str]] = {n: {} for n in nodes}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="census", daemon=True)
@@ -167,7 +168,12 @@ class Census:
         last_names = time.monotonic()
         while not self._stop.wait(self.interval_s):
             cur = self._snapshot()
-            rt = self.round_trip() if self.round_trip is not None else None
+            rt = None
+            if self.round_trip is not None:
+                try:
+                    rt = self.round_trip()
+                except Exception:  # a second the leader did not answer: its samples move on
+                    self.round_trip_failures += 1
             self.seconds.append(self._second(prev, cur, rt))
             prev = cur
             if cur["t"] - last_names > 5.0:  # pool workers come and go
@@ -224,6 +230,7 @@ class Census:
                               for n in self.processes},
             "threads": self._thread_table(secs),
             "slow_ms": self.slow_ms, "slow_seconds": len(slow),
+            "round_trip_failures": self.round_trip_failures,
         }
         if self.gc_logs:
             out["gc_pauses"] = self._gc_summary(secs, slow)
