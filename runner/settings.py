@@ -43,7 +43,7 @@ class Settings(BaseSettings):
     # and app callbacks without FastAPI (``runner.api.hot``; off only to measure its gain).
     # native: the Rust front end of ``runner.api.native`` on the public address, uvicorn
     # behind it on a Unix socket for every other route.
-    server: Literal["uvicorn", "granian", "native"] = "uvicorn"
+    server: Literal["uvicorn", "granian", "native"] = "native"
     native_http_threads: int = Field(default=1, ge=1, le=64)  # the native front's runtime
     # How an order reaches Python there: batches taken by one Python thread, or a call on the
     # runtime's thread that read it (docs/http-server.md).
