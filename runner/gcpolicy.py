@@ -117,6 +117,7 @@ _full_collector: threading.Thread | None = None
 def for_serving(gil_switch_ms: float = 5.0, *, freeze_survivors: bool = True,
                 full_every: float = full_every_s) -> None:
     _policy.update(freeze_survivors=freeze_survivors, full_every_s=full_every)
+    _freezer.enabled = False  # until ``settle``, and only with ``freeze_survivors``
     if freeze_survivors:
         gc.set_threshold(young_threshold, *thresholds[1:])
     else:
