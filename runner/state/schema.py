@@ -1,6 +1,7 @@
 """DuckDB tables of the state machine. Every table is part of snapshots and of the digest.
 
-The ``order_by`` of each table is total (a key), so dumps and digests are stable.
+Each table's second field is its key, a total order: every reader that lists rows sorts by it
+(snapshots dump rows in scan order; the digest is a sum of row hashes, ``runner.state.digest``).
 
 The tables written for every order (runs, steps, app_tasks, outbox) hold their JSON documents
 as VARCHAR: apply writes them with orjson, so they are always valid, and a JSON column parses

@@ -30,6 +30,12 @@ from runner.state import schema
 # False: the engine's whole snapshot on the apply thread, as before ``Engine.capture`` (the
 # benchmarks' A/B switch, bench/checkpoint_pause.py).
 ENGINE_CAPTURE = True
+# Each table is dumped in scan order: restore and every reader sort by key and the digest is a
+# sum of row hashes, so sorting bought nothing but the sort, which was half to two thirds of
+# the dump's CPU; zstd at level 1 costs about what snappy did and writes ~40 % of the bytes
+# (bench/checkpoint_write.py). True / snappy: the earlier dump (the benchmark's A/B switch).
+DUMP_SORTED = False
+DUMP_COMPRESSION = "COMPRESSION zstd, COMPRESSION_LEVEL 1"
 
 
 class SnapshotWriter:
@@ -50,10 +56,11 @@ class SnapshotWriter:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         cursor = self._view()
-        for name, (_, order) in schema.TABLES.items():
+        for name, (_, key) in schema.TABLES.items():
             target = str(directory / f"{name}.parquet").replace("'", "''")
+            rows = f"SELECT * FROM {name}" + (f" ORDER BY {key}" if DUMP_SORTED else "")
             cursor.execute(
-                f"COPY (SELECT * FROM {name} ORDER BY {order}) TO '{target}' (FORMAT parquet)")
+                f"COPY ({rows}) TO '{target}' (FORMAT parquet, {DUMP_COMPRESSION})")
         self._write_engine(directory / "metrics")
         (directory / "state.json").write_text(json.dumps({"applied_offset": self._applied}))
 
