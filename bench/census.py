@@ -95,10 +95,12 @@ def thread_schedstat(pid: int) -> dict[int, tuple[int, int]]:
 
 
 def kernel_thread_name(pid: int, tid: int) -> str:
+    """The kernel's name of a thread, digits dropped so that the same kind of thread of every
+    pool sums under one name (librdkafka names its own: ``rdk:broker1`` -> ``rdk:broker*``)."""
     try:
         name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-    except OSError:
-        return "?"
+    except OSError:  # gone
+        name = "?"
     return "native " + re.sub(r"\d+", "*", name)
 
 

@@ -104,7 +104,8 @@ def main() -> None:
     report = Report("checkpoint_write", args.quick)
     per_kruns = {}
     for mode, s in samples.items():
-        per_kruns[mode] = statistics.median(c / r * 1000 for c, r in zip(s["cpu"], s["runs"]))
+        per_kruns[mode] = statistics.median(
+            c / r * 1000 for c, r in zip(s["cpu"], s["runs"], strict=True))
         share = per_kruns[mode] * P1_RUNS_HELD_MEAN / 1000 / 1000 / P1_CHECKPOINT_EVERY_S
         report.add(dump=mode, writes=len(s["cpu"]), runs_held=int(statistics.median(s["runs"])),
                    cpu_ms_p50=round(statistics.median(s["cpu"]), 1),

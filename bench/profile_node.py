@@ -52,6 +52,7 @@ from bench.api_cost import (  # noqa: E402
     wait_caught_up,
 )
 from bench.api_w3 import run_load  # noqa: E402
+from bench.census import kernel_thread_name  # noqa: E402
 from runner.settings import Settings  # noqa: E402
 
 # A sample with one of these frames on its stack is a thread waiting, not working (py-spy's
@@ -185,14 +186,6 @@ def _thread_names(raw: Path) -> dict[int, str]:
     return out
 
 
-def _comm(pid: int, tid: int) -> str:
-    """The kernel's name of a thread (librdkafka names its own: ``rdk:main``, ``rdk:broker1``)."""
-    try:
-        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
-    except OSError:
-        return "?"
-
-
 def _spy(spy: str, pid: int, raw: Path, duration_s: float, args) -> subprocess.Popen:
     cmd = [spy, "record", "--idle", "--threads", "-r", str(args.sample_rate), "-p", str(pid),
            "-o", str(raw), "--format", "raw", "-d", str(int(duration_s) + 1), "--nonblocking"]
@@ -214,7 +207,7 @@ def thread_table(pid: int, before: dict, after: dict, raw: Path, ok: int,
     for tid, (user, system) in after.items():
         user -= before.get(tid, (0.0, 0.0))[0]
         system -= before.get(tid, (0.0, 0.0))[1]
-        name = names.get(tid) or "native " + re.sub(r"\d+", "*", _comm(pid, tid))
+        name = names.get(tid) or kernel_thread_name(pid, tid)
         rows[name][0] += user
         rows[name][1] += system
     per = 1e6 / max(ok, 1)

@@ -22,14 +22,13 @@ import time
 
 from hdrh.histogram import HdrHistogram
 
-late_us_max = 60_000_000
+from runner.latency import LatencyRecorder
 
 
 class GilWatch:
     def __init__(self, period_s: float) -> None:
         self.period_s = period_s
-        self._lock = threading.Lock()
-        self._late: list[int] = []
+        self._late = LatencyRecorder()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gil-watch", daemon=True)
 
@@ -45,15 +44,8 @@ class GilWatch:
         while not self._stop.is_set():
             asked = clock()
             time.sleep(period)
-            delay_us = int((clock() - asked - period) * 1e6)
-            with self._lock:
-                self._late.append(max(delay_us, 1))
+            self._late.record(int((clock() - asked - period) * 1e6))
 
     def take(self) -> HdrHistogram:
         """The delays (µs) since the last call."""
-        with self._lock:
-            late, self._late = self._late, []
-        hist = HdrHistogram(1, late_us_max, 3)
-        for v in late:
-            hist.record_value(min(v, late_us_max))
-        return hist
+        return self._late.take()

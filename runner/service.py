@@ -10,7 +10,6 @@ preloads the demo workflow into an empty state.
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import shutil
 import threading
@@ -18,8 +17,6 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
-
-from hdrh.histogram import HdrHistogram
 
 import checkpoints
 from replog.node import Node
@@ -30,6 +27,7 @@ from runner.errors import RequestInvalid
 from runner.executor import EffectExecutor
 from runner.forwarder import HttpForwarder, ReplayGuard
 from runner.gilwatch import GilWatch
+from runner.latency import LatencyRecorder
 from runner.runstore import RunStore, open_run_store
 from runner.settings import Settings
 from runner.state import entries, queries
@@ -314,49 +312,6 @@ class Service:
         if due is not None and due <= now_ms():
             self.node.submit(entries.TICK, entries.encode({}),
                              self.settings.submit_timeout_s).result()
-
-
-class LatencyRecorder:
-    """A thread-safe HdrHistogram of microseconds (1 µs .. 60 s, 3 significant digits).
-
-    ``record`` runs on the node's apply loop once per order; ``HdrHistogram.record_value`` is
-    Python (~2 µs). Values wait in a list and go in together, each distinct value once with
-    its count, every ``fold_every`` values and on ``take``. A value is first lowered to the
-    smallest one its histogram bucket holds (the histogram cannot tell them apart anyway), so
-    the values of a batch repeat and a fold costs a fraction of a record per value."""
-
-    fold_every = 4096
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._hist = HdrHistogram(1, 60_000_000, 3)
-        self._pending: list[int] = []
-
-    def record(self, micros: int) -> None:
-        with self._lock:
-            self._pending.append(micros)
-            if len(self._pending) >= self.fold_every:
-                self._fold()
-
-    def take(self) -> HdrHistogram:
-        """The histogram so far, and start a new one."""
-        with self._lock:
-            self._fold()
-            hist, self._hist = self._hist, HdrHistogram(1, 60_000_000, 3)
-        return hist
-
-    def _fold(self) -> None:
-        pending, self._pending = self._pending, []
-        for value, count in collections.Counter(map(_bucket_floor, pending)).items():
-            self._hist.record_value(value, count)
-
-
-def _bucket_floor(micros: int) -> int:
-    """The lowest value of the bucket ``micros`` falls in, in a histogram of 3 significant
-    digits (2,048 sub-buckets: exact below 2,048, then steps of 2^(bits - 11))."""
-    micros = max(1, micros)
-    shift = micros.bit_length() - 11
-    return micros if shift <= 0 else micros >> shift << shift
 
 
 def _next_writer_epoch(log_dir) -> int:

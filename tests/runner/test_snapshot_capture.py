@@ -11,7 +11,6 @@ from runner.state import entries, snapshot
 from runner.state.machine import RunnerStateMachine
 from tests.runner.test_machine import T0, Log, order, setup_w3
 
-
 SMALL = dict(chunk_bytes_target=2048, segment_bytes_max=8192)
 
 

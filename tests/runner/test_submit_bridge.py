@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from runner.service import LatencyRecorder, _inbox, _Reply, _settle_future
+from runner.latency import LatencyRecorder
+from runner.service import _inbox, _Reply, _settle_future
 
 
 async def _from_thread(settle, timed: LatencyRecorder | None = None) -> asyncio.Future:
