@@ -75,3 +75,38 @@ def test_a_value_no_column_holds_in_a_later_block_is_refused_at_its_row(row):
     assert set(err.values) == set(want)
     for name, w in want.items():
         _same(err.values[name], w, exact_types=True, name=name)
+
+
+# Nulls among native values: AVG and MAX of a fresh key whose events are all null are null,
+# COUNT is 0. Blocks of 5 and 13 rows start off a validity byte's boundary, 8 and 32 on it.
+NULLABLE = [f"SELECT AVG(v) AS a{i}, COUNT(v) AS n{i}, MAX(v) AS m{i} FROM payments "
+            f"GROUP BY card RANGE {2000 + 700 * i} MILLISECONDS" for i in range(2)]
+
+
+@pytest.mark.parametrize("block", [5, 8, 13, 32])
+def test_validity_bits_and_null_counts_of_a_block_match_the_lists(block):
+    def plan() -> Plan:
+        p = Plan(lambda _stream: StreamReservoir(None, None, None))
+        for text in NULLABLE:
+            for d in parse(text):
+                p.add(d)
+        return p
+
+    lists, arrays = plan(), plan()
+    arrays.streams["payments"].core.out_block = block
+    rng = np.random.default_rng(block)
+    n = 157  # not a multiple of 8 or of any block
+    ts = T0 + np.cumsum(rng.integers(0, 300, n)).astype(np.int64)
+    cards = [f"k{x}" for x in rng.integers(0, 60, n)]
+    v = [None if x < 0.45 else int(y) for x, y in zip(rng.random(n), rng.integers(-50, 50, n))]
+    cols = {"card": pa.array(cards), "v": pa.array(v, pa.int64())}
+    want = lists.ingest_many("payments", ts, cols)
+    got = arrays.ingest_many("payments", ts, cols, arrow=True)
+    names = [d.name for t in NULLABLE for d in parse(t)]
+    nulls = 0
+    for name in names:
+        col = got[name]
+        _same(col.to_pylist(), want[name], exact_types=True, name=name)
+        assert col.null_count == sum(x is None for x in want[name]), name
+        nulls += col.null_count
+    assert 0 < nulls < n * len(names)  # both kinds of rows in the columns

@@ -208,15 +208,17 @@ impl ArrowCol {
 
     /// A block of rows' null and native cells (`tags`, `bits`: one each per row), as
     /// `push_cell` one by one would push them, without a branch on the column's type per row.
+    /// A null's value is 0 whatever its `bits` (masked, no branch); the validity bits of
+    /// eight rows that fill a byte are gathered at once from their tags (W2's 405 columns:
+    /// a read-modify-write of the same byte per row was half of this function's time).
     pub fn push_cells(&mut self, tags: &[u8], bits: &[u64]) {
         let n0 = self.n;
+        // A native cell's bits, or 0 for a null: `tags` holds only `CELL_NULL` (0) and
+        // `CELL_NATIVE` (1) here, so the mask is all ones or zero.
+        let masked = |(&t, &b): (&u8, &u64)| b & ((t == CELL_NATIVE) as u64).wrapping_neg();
         match &mut self.buf {
-            Buf::F(d) => d.extend(tags.iter().zip(bits).map(|(&t, &b)| {
-                if t == CELL_NATIVE { f64::from_bits(b) } else { 0.0 }
-            })),
-            Buf::I(d) => d.extend(tags.iter().zip(bits).map(|(&t, &b)| {
-                if t == CELL_NATIVE { b as i64 } else { 0 }
-            })),
+            Buf::F(d) => d.extend(tags.iter().zip(bits).map(|c| f64::from_bits(masked(c)))),
+            Buf::I(d) => d.extend(tags.iter().zip(bits).map(|c| masked(c) as i64)),
             _ => {
                 for &t in tags {
                     debug_assert_eq!(t, CELL_NULL, "a native cell is of a float64 or int64 column");
@@ -225,14 +227,27 @@ impl ArrowCol {
                 return;
             }
         }
-        for (r, &t) in tags.iter().enumerate() {
+        let mut set = 0; // rows valid
+        let mut r = 0;
+        while r < tags.len() {
             let row = n0 + r;
-            if t == CELL_NATIVE {
-                self.valid[row / 8] |= 1 << (row % 8);
-            } else {
-                self.nulls += 1;
+            if row % 8 == 0 && r + 8 <= tags.len() {
+                let x = u64::from_le_bytes(tags[r..r + 8].try_into().expect("eight tags"));
+                debug_assert_eq!(x & !0x0101_0101_0101_0101, 0, "tags are 0 or 1 here");
+                // Byte k's low bit to bit k (LSB first, as Arrow's validity bits are).
+                let byte = (x.wrapping_mul(0x0102_0408_1020_4080) >> 56) as u8;
+                self.valid[row / 8] |= byte;
+                set += byte.count_ones() as usize;
+                r += 8;
+                continue;
             }
+            if tags[r] == CELL_NATIVE {
+                self.valid[row / 8] |= 1 << (row % 8);
+                set += 1;
+            }
+            r += 1;
         }
+        self.nulls += tags.len() - set;
         self.n += tags.len();
     }
 
