@@ -47,6 +47,9 @@ pub const LAZY_MIN_TABLES: usize = 4;
 /// fold into reused states, so one such table is enough (settable per core:
 /// `StreamCore.lazy_min_allocating`).
 pub const LAZY_MIN_ALLOCATING: usize = 1;
+/// Ids per page of the logs' events (`LazySpace::at`, `vals`): a page is 4 KiB of times and
+/// 8 KiB of values per column, allocated once and never moved.
+const PAGE_IDS: usize = 64;
 /// Ids with a log the sweep visits per event, and ids it looks at to find them.
 const SWEEP_IDS: usize = 2;
 const SWEEP_SCAN: usize = 16;
@@ -115,7 +118,11 @@ impl Probe {
 
 /// The logs of one key space's raw keys, and which keys are eager. By key id: `len` events,
 /// each its (ts, pos) in `at` and its value of every column (`inputs`: an input of a slot, or
-/// a filter as a bool) in `vals`. A log holds one reference on its key's id while it is not
+/// a filter as a bool) in `vals`. `at` and `vals` (64 bytes an id, and `LOG_MAX` values of
+/// 32 bytes per column, against 9 bytes in the by-id vectors) are kept in pages of
+/// `PAGE_IDS` ids, added as ids come and never moved: grown as vectors, each doubling copied
+/// every log so far and filled the new half (W2's quick run, where nearly every event brings
+/// a new key: ~5 % of its CPU, NOISY). A log holds one reference on its key's id while it is not
 /// empty (the caller takes and gives it back: `KeySpace::acquire`/`release`).
 #[derive(Default)]
 pub struct LazySpace {
@@ -123,8 +130,10 @@ pub struct LazySpace {
     pub tables: Vec<usize>,
     pub inputs: Vec<Input>,
     len: Vec<u8>,
-    at: Vec<(i64, u64)>,
-    vals: Vec<Val>,
+    /// By page (id / `PAGE_IDS`): `PAGE_IDS * LOG_MAX` (ts, pos), id by id; and as many
+    /// rows of `inputs.len()` values.
+    at: Vec<Box<[(i64, u64)]>>,
+    vals: Vec<Box<[Val]>>,
     /// By id: its generation + 1 while the key is eager (a freed id's mark is void).
     eager: Vec<u64>,
     /// Bit `id`: the id may be eager (set with its mark, cleared when it logs an event): a
@@ -144,17 +153,28 @@ impl LazySpace {
         LazySpace { tables, inputs, ..Default::default() }
     }
 
-    /// Room for id `id` (grows like a vector: amortised).
+    /// Room for id `id`: the by-id vectors grow like vectors (amortised; 9 bytes an id), the
+    /// pages of logged events up to id's, never moving the ones before.
     fn room(&mut self, id: u32) {
         let i = id as usize;
         if self.len.len() <= i {
             let n = (i + 1).max(self.len.len() * 2).max(64);
             self.len.resize(n, 0);
-            self.at.resize(n * LOG_MAX, (0, 0));
-            self.vals.resize(n * LOG_MAX * self.inputs.len(), Val::Null);
             self.eager.resize(n, 0);
             self.maybe.resize(n.div_ceil(64), 0);
         }
+        let w = self.inputs.len();
+        while self.at.len() <= i / PAGE_IDS {
+            self.at.push(vec![(0, 0); PAGE_IDS * LOG_MAX].into_boxed_slice());
+            self.vals.push(vec![Val::Null; PAGE_IDS * LOG_MAX * w].into_boxed_slice());
+        }
+    }
+
+    /// Key `id`'s page and the place of its first logged event in it.
+    #[inline]
+    fn place(id: u32) -> (usize, usize) {
+        let i = id as usize;
+        (i / PAGE_IDS, i % PAGE_IDS * LOG_MAX)
     }
 
     /// How many events key `id` has logged.
@@ -188,14 +208,15 @@ impl LazySpace {
         if n == 0 {
             return &[];
         }
-        let i = id as usize * LOG_MAX;
-        &self.at[i..i + n]
+        let (p, i) = LazySpace::place(id);
+        &self.at[p][i..i + n]
     }
 
     /// Column `col` of key `id`'s logged event `j`.
     #[inline]
     pub fn val(&self, id: u32, j: usize, col: usize) -> Val {
-        self.vals[(id as usize * LOG_MAX + j) * self.inputs.len() + col]
+        let (p, i) = LazySpace::place(id);
+        self.vals[p][(i + j) * self.inputs.len() + col]
     }
 
     /// Drop key `id`'s logged events every head has passed (below `floor`). Returns whether
@@ -206,15 +227,15 @@ impl LazySpace {
         if n == 0 {
             return false;
         }
-        let base = id as usize * LOG_MAX;
+        let (p, base) = LazySpace::place(id);
         let floor = self.floor;
-        let k = self.at[base..base + n].iter().take_while(|a| a.1 < floor).count();
+        let k = self.at[p][base..base + n].iter().take_while(|a| a.1 < floor).count();
         if k == 0 {
             return false;
         }
         let w = self.inputs.len();
-        self.at.copy_within(base + k..base + n, base);
-        self.vals.copy_within((base + k) * w..(base + n) * w, base * w);
+        self.at[p].copy_within(base + k..base + n, base);
+        self.vals[p].copy_within((base + k) * w..(base + n) * w, base * w);
         self.len[id as usize] = (n - k) as u8;
         self.tick += 1;
         n == k
@@ -226,12 +247,13 @@ impl LazySpace {
         self.room(id);
         let n = self.len(id);
         debug_assert!(n < LOG_MAX);
-        let at = id as usize * LOG_MAX + n;
-        self.at[at] = (ts, pos);
+        let (p, base) = LazySpace::place(id);
+        let at = base + n;
+        self.at[p][at] = (ts, pos);
         let w = self.inputs.len();
-        for c in 0..w {
-            let inp = self.inputs[c];
-            self.vals[at * w + c] = value(inp);
+        let row = &mut self.vals[p][at * w..(at + 1) * w];
+        for (v, &inp) in row.iter_mut().zip(&self.inputs) {
+            *v = value(inp);
         }
         self.len[id as usize] = n as u8 + 1;
         self.maybe[id as usize / 64] &= !(1 << (id % 64)); // a key that logs is raw
