@@ -151,3 +151,36 @@ def test_keys_sharing_fingerprints_keep_their_own_ids():
             want = expected(d, stream[:300])
             for i, w in enumerate(want):
                 assert same(got[i][d.name], w), (d.name, i, got[i][d.name], w)
+
+
+def test_a_batch_interning_keys_with_shared_fingerprints_equals_one_event_per_call():
+    """A batch hashes each row's keys a few rows ahead and interns its new keys with that
+    fingerprint (plan.rs `find_ahead`, keyed.rs `KeySpace::intern_at`). With 2 bits kept,
+    new keys clash, and a key among the clashes outlives the key whose fingerprint it
+    shared (its cards drift: keys are freed all the time): a batch equals an engine keeping
+    all 64 bits fed one event per call, value for value, and so does the digest."""
+    stream = [(t, {**ev, "card": str(ev["card"])}) for t, ev in _events(900, 11)]
+    with tempfile.TemporaryDirectory() as tmp:
+        engines = []
+        for bits in (2, 64):
+            eng = Engine(f"{tmp}/{bits}", chunk_bytes_target=300, segment_bytes_max=1200,
+                         fsync=False)
+            eng.define("SELECT COUNT(*) AS by_merchant FROM payments GROUP BY merchant "
+                       "RANGE 3 SECONDS")
+            eng._plan.streams["payments"].core.key_fingerprint_bits = bits
+            for text in _metrics():
+                eng.define(text)
+            engines.append(eng)
+        few, full = engines
+        want = [full.ingest("payments", ev, t) for t, ev in stream]
+        got: dict[str, list] = {}
+        for lo in range(0, len(stream), 200):
+            part = stream[lo:lo + 200]
+            cols = {k: [ev[k] for _, ev in part] for k in ("card", "channel", "merchant", "amount")}
+            for name, vals in few.ingest_many("payments", [t for t, _ in part], cols).items():
+                got.setdefault(name, []).extend(vals)
+        assert sum(few._plan.streams["payments"].core.key_clashes()) > 0
+        assert got == {k: [x[k] for x in want] for k in want[0]}
+        assert few.digest() == full.digest()
+        few.close()
+        full.close()

@@ -147,7 +147,7 @@ impl KeySpace {
     }
 
     /// A key's 64-bit hash (of its canonical values, as the index hashes them).
-    fn fingerprint(&self, key: &[Val]) -> u64 {
+    pub fn fingerprint(&self, key: &[Val]) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = rustc_hash::FxHasher::default();
         key.hash(&mut h);
@@ -160,7 +160,8 @@ impl KeySpace {
         self.find_at(self.fingerprint(key), key)
     }
 
-    fn find_at(&self, fp: u64, key: &[Val]) -> Option<u32> {
+    /// `find` of a key whose `fingerprint` is `fp`.
+    pub fn find_at(&self, fp: u64, key: &[Val]) -> Option<u32> {
         if let Some(&id) = self.index.get(&fp) {
             if self.keys[id as usize].as_slice() == key {
                 return Some(id);
@@ -175,9 +176,30 @@ impl KeySpace {
     /// `key`'s id, a new one if it has none. A new id holds no reference: the caller makes a
     /// table entry for it at once (`GroupTable::insert_at`), or the id is never freed.
     pub fn intern(&mut self, key: &[Val]) -> u32 {
-        let fp = self.fingerprint(key);
-        if let Some(id) = self.find_at(fp, key) {
-            return id;
+        self.intern_at(self.fingerprint(key), key)
+    }
+
+    /// `intern` of a key whose `fingerprint` is `fp` (a batch hashed it a few rows ahead:
+    /// plan.rs `find_ahead`). A new key costs one probe of the index, not a lookup and then
+    /// an insert.
+    pub fn intern_at(&mut self, fp: u64, key: &[Val]) -> u32 {
+        use std::collections::hash_map::Entry;
+        debug_assert_eq!(fp, self.fingerprint(key));
+        let vacant = match self.index.entry(fp) {
+            Entry::Occupied(e) => {
+                let id = *e.get();
+                if self.keys[id as usize].as_slice() == key {
+                    return id;
+                }
+                None // another key's fingerprint: `key` is among the clashes, or new
+            }
+            Entry::Vacant(v) => Some(v),
+        };
+        // A clash outlives the key whose fingerprint it clashed with: look even if vacant.
+        if !self.clashes.is_empty() {
+            if let Some(&id) = self.clashes.get(key) {
+                return id;
+            }
         }
         let id = match self.free.pop() {
             Some(id) => id,
@@ -192,11 +214,11 @@ impl KeySpace {
         let k = &mut self.keys[id as usize];
         k.fill(key); // a freed id's key, reused: no allocation per new key in steady state
         self.fps[id as usize] = fp;
-        match self.index.entry(fp) {
-            std::collections::hash_map::Entry::Vacant(v) => {
+        match vacant {
+            Some(v) => {
                 v.insert(id);
             }
-            std::collections::hash_map::Entry::Occupied(_) => {
+            None => {
                 self.clashes.insert(k.clone(), id);
             }
         }

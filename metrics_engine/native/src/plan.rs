@@ -186,8 +186,10 @@ struct Row {
     kids: Vec<KeyRef>,
     /// Its keys were looked up a few rows ahead (`Core::find_ahead`): a key it has no id
     /// for was new then, and most likely is still, so `insert` does not look it up again
-    /// only to ask the CPU for its states.
+    /// only to ask the CPU for its states; and `fps` holds each key's fingerprint then
+    /// (keyed.rs `KeySpace::fingerprint`), so the key is not hashed twice.
     looked: bool,
+    fps: Vec<u64>,
 }
 
 /// The tables, windows and scratch buffers the insert/evict paths touch.
@@ -243,7 +245,12 @@ impl Core {
             return Some(r.id);
         }
         Core::key_of(&mut self.key, row, &self.space_fields[s]);
-        let id = if intern { space.intern(&self.key) } else { space.find(&self.key)? };
+        let id = match (intern, row.looked) {
+            (true, true) => space.intern_at(row.fps[s], &self.key),
+            (true, false) => space.intern(&self.key),
+            (false, true) => space.find_at(row.fps[s], &self.key)?,
+            (false, false) => space.find(&self.key)?,
+        };
         row.kids[s] = KeyRef { id, gen: space.gen(id) };
         Some(id)
     }
@@ -337,12 +344,14 @@ impl Core {
     /// (W2's calendar keys, a day earlier) are then on their way while the rows before are
     /// ingested, instead of missing one after another when the row's turn comes. Changes
     /// nothing; an id found is checked again (its generation) when the row uses it.
-    fn find_ahead(&mut self, vals: &[Val], out: &mut [KeyRef]) {
-        for (s, o) in out.iter_mut().enumerate().take(self.spaces.len()) {
+    /// `fps`: each key's fingerprint, for the row's `Row::fps`.
+    fn find_ahead(&mut self, vals: &[Val], out: &mut [KeyRef], fps: &mut [u64]) {
+        for (s, (o, fp)) in out.iter_mut().zip(fps.iter_mut()).enumerate().take(self.spaces.len()) {
             self.key.clear();
             self.key.extend(self.space_fields[s].iter().map(|&f| vals[f]));
             let space = &self.spaces[s];
-            *o = match space.find(&self.key) {
+            *fp = space.fingerprint(&self.key);
+            *o = match space.find_at(*fp, &self.key) {
                 Some(id) => {
                     // Not a lazy table's record: a raw key has none (lazy.rs).
                     for (ti, t) in self.tables.iter().enumerate() {
@@ -1377,12 +1386,14 @@ impl StreamCore {
             // Key ids found ahead (`find_ahead`): row i's in slot i % (AHEAD + 1).
             let kw = self.core.spaces.len();
             let mut ahead: Vec<KeyRef> = vec![NO_KEY; (AHEAD + 1) * kw];
+            let mut ahead_fps: Vec<u64> = vec![0; (AHEAD + 1) * kw];
             for i in 0..n {
                 let t = clamped[i];
                 let mine = (i % (AHEAD + 1)) * kw;
                 self.cur.vals.copy_from_slice(&vals[i * width..(i + 1) * width]);
                 self.cur.preds.copy_from_slice(&flags[i * pwidth..(i + 1) * pwidth]);
                 self.cur.kids.copy_from_slice(&ahead[mine..mine + kw]);
+                self.cur.fps.copy_from_slice(&ahead_fps[mine..mine + kw]);
                 self.cur.looked = self.look_ahead && i >= AHEAD;
                 ahead[mine..mine + kw].fill(NO_KEY);
                 if self.look_ahead {
@@ -1390,7 +1401,8 @@ impl StreamCore {
                         // Row i + AHEAD's slot: the one row i - 1 used.
                         let next = ((i + AHEAD) % (AHEAD + 1)) * kw;
                         self.core.find_ahead(&vals[(i + AHEAD) * width..(i + AHEAD + 1) * width],
-                                             &mut ahead[next..next + kw]);
+                                             &mut ahead[next..next + kw],
+                                             &mut ahead_fps[next..next + kw]);
                     }
                     // The rows in between go one level deeper into their calendar entries
                     // (whose lines the levels before brought in).
@@ -2360,7 +2372,8 @@ impl StreamCore {
         self.core.windows = wins;
         self.outputs = outs;
         self.cur = Row { looked: false, vals: vec![Val::Null; fields.len()], preds: vec![false; preds.len()],
-                         kids: vec![NO_KEY; self.core.spaces.len()] };
+                         kids: vec![NO_KEY; self.core.spaces.len()],
+                         fps: vec![0; self.core.spaces.len()] };
         self.tmp = self.cur.clone();
         self.fields = fields;
         self.preds = preds;
