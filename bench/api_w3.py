@@ -35,9 +35,9 @@ it against a cheap local server. (oha picks ``-Z`` body lines at random, which w
 event ids; vegeta is not in Debian's bookworm.)
 
 Usage: ``.venv/bin/python bench/api_w3.py [--quick] [--generator native|python]
-[--rates 500,1000] [--skip-peers]``. P1 is met only by a full-length row at 1,000/s. Starts
-the cluster if it is not up (and stops it again in that case), starts and stops the three
-nodes.
+[--rates 500,1000] [--duration-s S] [--skip-peers]``. P1 is met only by a full-length row at
+1,000/s. Starts the cluster if it is not up (and stops it again in that case), starts and stops
+the three nodes.
 """
 
 from __future__ import annotations
@@ -339,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
                              "above one request a tick; a request due sooner after a wakeup "
                              "goes up to a tick late, counted in its latency); 0: each at its "
                              "due time")
+    parser.add_argument("--duration-s", type=float, default=None,
+                        help="each row's measured length (default 300 s, --quick 10 s): a "
+                             "row of a minute or two gives the JVMs' collections and each "
+                             "process's CPU per order without a full row")
     parser.add_argument("--skip-peers", action="store_true",
                         help="leave out the score-API and via-all-nodes rows")
     args = parser.parse_args(argv)
@@ -348,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.rates:
         rates = tuple(int(r) for r in args.rates.split(","))
     duration = DURATION_QUICK_S if args.quick else DURATION_FULL_S
+    if args.duration_s:
+        duration = args.duration_s
     warmup = WARMUP_QUICK_S if args.quick else WARMUP_FULL_S
     started_at = datetime.now(UTC).isoformat()
 

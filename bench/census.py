@@ -38,6 +38,13 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 slow_ms_default = 25.0
 # "[2026-11-24T16:24:04.231+0000][12.345s] GC(3) Pause Young (Normal) (...) 24M->5M(256M) 3.456ms"
 _GC_PAUSE = re.compile(r"^\[([^\]]+)\]\[[^\]]+\] GC\(\d+\) (Pause \w+).* ([\d.]+)ms$")
+# "[...][12.345s] GC(3) User=0.02s Sys=0.00s Real=0.14s" (infra/java.py logs gc+cpu)
+_GC_CPU = re.compile(r"^\[([^\]]+)\]\[[^\]]+\] GC\(\d+\) User=([\d.]+)s Sys=([\d.]+)s "
+                     r"Real=([\d.]+)s$")
+
+
+def _gc_time(stamp: str) -> float:
+    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
 
 
 def gc_pauses(log: Path, since: float, until: float) -> list[tuple[float, float, str]]:
@@ -51,10 +58,27 @@ def gc_pauses(log: Path, since: float, until: float) -> list[tuple[float, float,
         m = _GC_PAUSE.match(line)
         if not m:
             continue
-        at = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+        at = _gc_time(m.group(1))
         if since <= at <= until:
             out.append((at, float(m.group(3)), m.group(2).strip()))
     return out
+
+
+def gc_cpu_ms(log: Path, since: float, until: float) -> tuple[float, float]:
+    """(CPU ms, wall ms) of a JVM's collections in a window, from its ``gc+cpu`` lines: the
+    process's user + system time over each pause against the pause's wall time. A pause far
+    longer than its CPU waited for a core (the collector's threads were runnable, not run)."""
+    cpu = real = 0.0
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return cpu, real
+    for line in lines:
+        m = _GC_CPU.match(line)
+        if m and since <= _gc_time(m.group(1)) <= until:
+            cpu += (float(m.group(2)) + float(m.group(3))) * 1000
+            real += float(m.group(4)) * 1000
+    return round(cpu, 1), round(real, 1)
 
 
 def busy_ticks() -> tuple[int, int]:
@@ -267,7 +291,9 @@ class Census:
             pauses = gc_pauses(log, since, until)
             in_slow = [ms for at, ms, _ in pauses
                        if any(s["wall"][0] <= at <= s["wall"][1] for s in slow)]
+            cpu_ms, cpu_wall_ms = gc_cpu_ms(log, since, until)
             out[name] = {"count": len(pauses), "total_ms": _r(sum(p[1] for p in pauses)),
+                         "cpu_ms": cpu_ms, "cpu_wall_ms": cpu_wall_ms,
                          "max_ms": _r(max((p[1] for p in pauses), default=0.0)),
                          "in_slow_seconds": len(in_slow),
                          "in_slow_total_ms": _r(sum(in_slow))}
@@ -337,9 +363,10 @@ def format_summary(c: dict[str, Any]) -> str:
                      f"{g['max_per_second_slow_vs_rest'][0]}/{g['max_per_second_slow_vs_rest'][1]}"
                      " ms")
     if c.get("gc_pauses"):
-        lines.append("  JVM pauses (count, total ms, max ms; in slow seconds: count, ms): " +
-                     ", ".join(f"{n} {g['count']}/{g['total_ms']}/{g['max_ms']}; "
-                               f"{g['in_slow_seconds']}/{g['in_slow_total_ms']}"
+        lines.append("  JVM pauses (count, total ms, max ms, CPU ms; in slow seconds: count, ms): "
+                     + ", ".join(f"{n} {g['count']}/{g['total_ms']}/{g['max_ms']}/"
+                                 f"{g.get('cpu_ms', 0)}; "
+                                 f"{g['in_slow_seconds']}/{g['in_slow_total_ms']}"
                                for n, g in c["gc_pauses"].items() if g["count"]))
     return "\n".join(lines)
 

@@ -49,7 +49,7 @@ def argv(main: str, classpath: str, heap_mb: int, props: dict[str, str] | None =
         f"-Xms{heap_mb}m", f"-Xmx{heap_mb}m",
         "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:ParallelGCThreads=2",
         "-XX:ConcGCThreads=1", "-XX:CICompilerCount=2", "-XX:+ExitOnOutOfMemoryError",
-        f"-Xlog:gc:file={gc_log}:time,uptime:filecount=2,filesize=16m",
+        f"-Xlog:gc,gc+cpu:file={gc_log}:time,uptime:filecount=2,filesize=16m",
         "-Djava.net.preferIPv4Stack=true", "-Djava.awt.headless=true",
         *ADD_OPENS,
     ]

@@ -89,6 +89,23 @@ def test_gc_pauses_are_read_from_a_jvm_log_within_the_window(tmp_path):
     assert got[0][0] == t("2026-11-24T16:24:05+00:00")
 
 
+def test_gc_cpu_sums_user_and_system_time_of_the_pauses_within_the_window(tmp_path):
+    from bench.census import gc_cpu_ms, gc_pauses
+    log = tmp_path / "hmaster-gc.log"
+    log.write_text(
+        "[2026-11-24T16:24:05.000+0000][1.2s] GC(0) Pause Young (Normal) (G1 Evacuation Pause)"
+        " 400M->350M(1024M) 130.0ms\n"
+        "[2026-11-24T16:24:05.000+0000][1.2s] GC(0) User=0.02s Sys=0.01s Real=0.13s\n"
+        "[2026-11-24T16:24:08.000+0000][4.2s] GC(1) User=0.04s Sys=0.00s Real=0.05s\n"
+        "[2026-11-24T16:25:00.000+0000][61s] GC(2) User=1.00s Sys=0.00s Real=1.00s\n")
+    from datetime import datetime
+    t = lambda s: datetime.fromisoformat(s).timestamp()  # noqa: E731
+    since, until = t("2026-11-24T16:24:04+00:00"), t("2026-11-24T16:24:10+00:00")
+    assert gc_cpu_ms(log, since, until) == (70.0, 180.0)
+    # the CPU lines are not pauses of their own
+    assert [ms for _, ms, _ in gc_pauses(log, since, until)] == [130.0]
+
+
 def test_gil_waits_are_summed_and_set_beside_the_slow_seconds():
     def hist(*values: int) -> HdrHistogram:
         h = HdrHistogram(1, 60_000_000, 3)
