@@ -57,8 +57,11 @@ class Kafka(Server):
             "group.min.session.timeout.ms": 1000,
             "group.consumer.min.session.timeout.ms": 1000,
             "group.consumer.min.heartbeat.interval.ms": 500,
-            "num.network.threads": 2,
-            "num.io.threads": 4,
+            # One partition's producer and three consumers: one network thread and two request
+            # handlers (were 2 and 4) used less of the broker's CPU in each of three one-minute
+            # A/B pairs at 1,000 orders/s (docs/latency.md, "The cluster's JVMs under load").
+            "num.network.threads": 1,
+            "num.io.threads": 2,
             "log.retention.hours": 24,
             "log.segment.bytes": 64 * 1024 * 1024,
             "delete.topic.enable": True,
