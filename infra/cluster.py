@@ -91,7 +91,7 @@ def up(names: list[str] | None = None, log=print) -> list[Report]:
             started = time.monotonic()
             server.prepare()
             for proc in server.processes:
-                procs.start(proc.name, server.argv(proc), env=server.env(proc))
+                procs.start(proc.name, server.argv(proc), env=server.env(proc), nice=proc.nice)
             plans.append((server, "started", started))
 
         def ready(plan: tuple[Server, str, float]) -> Report:

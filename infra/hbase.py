@@ -11,7 +11,7 @@ import uuid
 from infra import jars, java, paths
 from infra.configs import write_hadoop_xml
 from infra.endpoints import HBASE_THRIFT_PORT, HOST
-from infra.server import Process, Server
+from infra.server import OFF_PATH_NICE, Process, Server
 
 ZOOKEEPER_PORT = 2182
 MASTER_PORT = 16000
@@ -37,8 +37,9 @@ class HBase(Server):
     name = "hbase"
     processes = (
         Process("hbase-master", (ZOOKEEPER_PORT, MASTER_PORT, MASTER_INFO_PORT, REGIONSERVER_PORT),
-                stop_grace_s=45),
-        Process("hbase-thrift", (HBASE_THRIFT_PORT, THRIFT_INFO_PORT), stop_grace_s=15),
+                stop_grace_s=45, nice=OFF_PATH_NICE),
+        Process("hbase-thrift", (HBASE_THRIFT_PORT, THRIFT_INFO_PORT), stop_grace_s=15,
+                nice=OFF_PATH_NICE),
     )
     start_timeout_s = 180
 

@@ -11,7 +11,7 @@ from infra import jars, java, paths
 from infra.configs import write_hadoop_xml
 from infra.endpoints import HDFS_NAMENODE_RPC, HOST, WEBHDFS_URL
 from infra.errors import InfraError
-from infra.server import Process, Server
+from infra.server import OFF_PATH_NICE, Process, Server
 
 NAMENODE_RPC_PORT = int(HDFS_NAMENODE_RPC.rsplit(":", 1)[1])
 NAMENODE_HTTP_PORT = int(WEBHDFS_URL.rsplit(":", 1)[1])
@@ -28,9 +28,10 @@ USER = "railflow"
 class Hdfs(Server):
     name = "hdfs"
     processes = (
-        Process("hdfs-namenode", (NAMENODE_RPC_PORT, NAMENODE_HTTP_PORT), stop_grace_s=20),
+        Process("hdfs-namenode", (NAMENODE_RPC_PORT, NAMENODE_HTTP_PORT), stop_grace_s=20,
+                nice=OFF_PATH_NICE),
         Process("hdfs-datanode", (DATANODE_PORT, DATANODE_HTTP_PORT, DATANODE_IPC_PORT),
-                stop_grace_s=20),
+                stop_grace_s=20, nice=OFF_PATH_NICE),
     )
     start_timeout_s = 120
 

@@ -35,9 +35,12 @@ def _start_ticks(pid: int) -> int | None:
 
 
 def start(name: str, argv: list[str], env: dict[str, str] | None = None,
-          cwd: Path | None = None) -> int:
-    """Launch ``argv`` detached (own session), output appended to the process's log file."""
+          cwd: Path | None = None, nice: int = 0) -> int:
+    """Launch ``argv`` detached (own session), output appended to the process's log file;
+    ``nice`` is added to its nice level (``nice(1)`` execs it: the PID is the server's)."""
     paths.ensure_dirs()
+    if nice:
+        argv = ["nice", "-n", str(nice), *argv]
     log = paths.log_file(name)
     with open(log, "ab") as out:
         out.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name}\n".encode())

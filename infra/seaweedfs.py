@@ -19,7 +19,7 @@ from pathlib import Path
 from infra import paths
 from infra.endpoints import HOST, S3_ACCESS_KEY, S3_ENDPOINT, S3_REGION, S3_SECRET_KEY
 from infra.errors import InfraError
-from infra.server import Process, Server
+from infra.server import OFF_PATH_NICE, Process, Server
 
 S3_PORT = int(S3_ENDPOINT.rsplit(":", 1)[1])
 MASTER_PORT = 9333
@@ -56,7 +56,7 @@ class SeaweedFS(Server):
     name = "s3"
     processes = (Process("seaweedfs", tuple(p for base in (MASTER_PORT, VOLUME_PORT, FILER_PORT)
                                             for p in (base, base + GRPC_OFFSET)) + (S3_PORT,),
-                         stop_grace_s=40),)
+                         stop_grace_s=40, nice=OFF_PATH_NICE),)
     start_timeout_s = 90
 
     def prepare(self) -> None:

@@ -5,6 +5,7 @@ DataNode). ``prepare()`` writes configs and formats storage, ``argv()`` gives ea
 command, ``probe()`` does one real round trip through the server and raises if it fails.
 """
 
+import os
 import socket
 import time
 from abc import ABC, abstractmethod
@@ -16,6 +17,11 @@ from infra.errors import InfraError
 
 PROBE_INTERVAL_S = 0.5
 PORT_CONNECT_TIMEOUT_S = 0.3
+# The servers no decision waits for (the run store, the checkpoint stores) run at this nice
+# level: on a machine they share with the nodes, Kafka and ZooKeeper, their bursts (a JVM's
+# collection on every core, a checkpoint's upload) yield the cores to the order path and take
+# what is left. ``RAILFLOW_INFRA_OFF_PATH_NICE=0`` starts them at normal priority.
+OFF_PATH_NICE = int(os.environ.get("RAILFLOW_INFRA_OFF_PATH_NICE", "10"))
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,7 @@ class Process:
     name: str
     ports: tuple[int, ...]
     stop_grace_s: float = 30.0
+    nice: int = 0  # added to the process's nice level at its start (``procs.start``)
 
 
 class Server(ABC):

@@ -1,9 +1,11 @@
 """infra/ without servers: config writers, jar-cache digests, PID tracking, server selection."""
 
+import os
 import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -77,6 +79,23 @@ def test_a_recycled_pid_is_not_mistaken_for_ours(run_dir):
     (paths.PID_DIR / "ghost.pid").write_text(f"{__import__('os').getpid()} 1\n")
     assert procs.pid_of("ghost") is None
     assert not (paths.PID_DIR / "ghost.pid").exists()
+
+
+def test_a_niced_process_runs_at_that_level_under_its_own_pid(run_dir):
+    argv = [sys.executable, "-c", "import time; time.sleep(60)"]
+    pid = procs.start("low", argv, nice=7)
+    try:
+        assert procs.pid_of("low") == pid
+        assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0) + 7
+        assert "python" in Path(f"/proc/{pid}/cmdline").read_text()  # nice(1) exec'd it
+    finally:
+        procs.stop("low", grace_s=10)
+
+
+def test_only_servers_off_the_order_path_are_niced():
+    niced = {p.name for s in cluster.SERVERS for p in s.processes if p.nice}
+    assert niced == {"hbase-master", "hbase-thrift", "hdfs-namenode", "hdfs-datanode",
+                     "seaweedfs"}
 
 
 def test_select_rejects_unknown_servers():
