@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     checkpoint_url: str | None = None  # defaults to file://<data_dir>/checkpoints
     checkpoint_every_entries: int = 20_000
     checkpoint_retain: int = 3
+    # The nice level of the checkpoint's thread (its write, hashing and upload); None leaves
+    # it at the node's. It yields the cores to the order path, but a niced thread that holds
+    # the GIL when preempted makes every other thread of the node wait for it.
+    checkpoint_nice: int | None = 10
     # The log's size retention is derived from these (replog.kafka.retention_bytes_for): it
     # always holds every entry after the oldest kept checkpoint. Larger entries are refused.
     log_entry_bytes_max: int = 1024 * 1024
