@@ -339,6 +339,10 @@ def main(argv: list[str] | None = None) -> int:
                              "above one request a tick; a request due sooner after a wakeup "
                              "goes up to a tick late, counted in its latency); 0: each at its "
                              "due time")
+    parser.add_argument("--checkpoint-stagger-s", type=float, default=0.0,
+                        help="node i waits i times this long after a checkpoint's capture "
+                             "before writing it (Settings.checkpoint_write_delay_s): the "
+                             "first node writes, the others find its checkpoint and compare")
     parser.add_argument("--duration-s", type=float, default=None,
                         help="each row's measured length (default 300 s, --quick 10 s): a "
                              "row of a minute or two gives the JVMs' collections and each "
@@ -363,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
     # The peer row calls the demo scorer, which cluster nodes serve only when asked to.
     cluster = NodeCluster(data_dir, topic, 3, base_port=free_base_port(3),
                           env={"RAILFLOW_DEMO_SCORER": "true",
-                               "RAILFLOW_GIL_WATCH_MS": str(GIL_WATCH_MS)})
+                               "RAILFLOW_GIL_WATCH_MS": str(GIL_WATCH_MS)},
+                          checkpoint_stagger_s=args.checkpoint_stagger_s)
     results: list[dict[str, Any]] = []
     censuses: list[dict[str, Any]] = []
     try:

@@ -14,6 +14,12 @@ state: each digest computed is kept in ``digests`` (offset -> digest, the newest
 its digest is compared with ours; a mismatch is logged as an error, counted in
 ``stats.digest_mismatches`` and passed to ``on_mismatch``: the replicas diverged.
 
+Each node writes what it captured unless the store already holds that offset's checkpoint:
+then it only computes its digest and compares (a writer with ``digest()`` and ``close()``).
+``write_delay_s`` makes a node wait that long after its capture before it looks: nodes given
+different delays write one after the other instead of all at once, and only the first dumps
+its state; the others hold their captured view meanwhile.
+
 A snapshot writer may offer ``digest()`` (computed on its captured view, in the background)
 and ``close()`` (release the view); without ``digest()`` the state machine's ``digest()`` is
 called during the capture and counts toward the pause.
@@ -96,6 +102,7 @@ class Checkpointer:
         background_nice: int | None = BACKGROUND_NICE,
         key: bytes | None = None,
         on_mismatch: Callable[[int, str, Manifest], None] | None = None,
+        write_delay_s: float = 0.0,
     ) -> None:
         if every_entries < EVERY_ENTRIES_MIN:
             raise ValueError(f"every_entries must be >= {EVERY_ENTRIES_MIN}, got {every_entries}")
@@ -120,6 +127,8 @@ class Checkpointer:
         self._closed = False
         self.key = key  # signs manifests (see checkpoints.manifest)
         self.on_mismatch = on_mismatch
+        self.write_delay_s = write_delay_s
+        self._closing = threading.Event()  # cuts a write's delay short
         self.digests: collections.OrderedDict[int, str] = collections.OrderedDict()
         self.stats = CheckpointerStats()
 
@@ -190,6 +199,21 @@ class Checkpointer:
         scratch = Path(tempfile.mkdtemp(prefix=f"ckpt-{offset}-", dir=self.scratch_root))
         started = time.perf_counter()
         try:
+            if self.write_delay_s > 0:
+                self._closing.wait(self.write_delay_s)
+            if self._written_elsewhere(writer, offset):
+                # Another node already wrote this offset: compare our digest with its, and
+                # dump nothing (the dump is most of a checkpoint's CPU).
+                close = writer.close
+                try:
+                    if digest is None:
+                        digest = str(writer.digest())
+                finally:
+                    close()
+                self._record_digest(offset, digest)
+                self.stats.skipped_existing += 1
+                self._compare(offset, digest)
+                return None
             # The writer always runs first: it is what releases the captured view (some
             # writers have no close()), even when the upload is then skipped or fails.
             try:
@@ -230,6 +254,14 @@ class Checkpointer:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
+    def _written_elsewhere(self, writer: Any, offset: int) -> bool:
+        """Whether the store holds this offset's checkpoint already, for a writer that can
+        give its digest and release its view without writing."""
+        if not (callable(getattr(writer, "close", None))
+                and callable(getattr(writer, "digest", None))):
+            return False
+        return self.store.exists(manifest_key(offset))
+
     def _record_digest(self, offset: int, digest: str) -> None:
         with self._lock:
             self.digests[offset] = digest
@@ -267,6 +299,7 @@ class Checkpointer:
         """Let the checkpoint in flight finish (its failure is already logged), then stop;
         later ``maybe_checkpoint`` calls do nothing."""
         self._closed = True
+        self._closing.set()
         try:
             self.wait(timeout_s)
         except Exception:  # noqa: BLE001 - already logged by _write

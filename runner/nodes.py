@@ -98,6 +98,8 @@ class NodeCluster:
     nodes_count: int = 3
     base_port: int = 8001
     env: dict[str, str] = field(default_factory=dict)
+    # node i (from 0) waits i times this long after a capture before writing its checkpoint
+    checkpoint_stagger_s: float = 0.0
     nodes: dict[str, NodeProc] = field(default_factory=dict)
     api_key: str = ""
     shared_secrets: dict[str, str] = field(default_factory=dict)
@@ -118,6 +120,9 @@ class NodeCluster:
                    RAILFLOW_KAFKA_TOPIC=self.topic,
                    RAILFLOW_ELECTION_PATH=f"/railflow/{self.topic}/leader",
                    **secrets_env(self.data_dir), **self.env)
+        if self.checkpoint_stagger_s:
+            env["RAILFLOW_CHECKPOINT_WRITE_DELAY_S"] = str(
+                (port - self.base_port) * self.checkpoint_stagger_s)
         log_path = self.data_dir / f"{node_id}.log"
         out = open(log_path, "ab")
         proc = subprocess.Popen([sys.executable, "-m", "runner.cli", "serve"], env=env,

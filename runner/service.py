@@ -87,7 +87,8 @@ class Service:
         start_writer_seq = -1 if manifest is None else manifest.writer_seq
         self.checkpointer = checkpoints.Checkpointer(
             store, self.sm, s.checkpoint_every_entries, s.checkpoint_retain, node_id=s.node_id,
-            key=key, on_mismatch=self._digest_mismatch, background_nice=s.checkpoint_nice)
+            key=key, on_mismatch=self._digest_mismatch, background_nice=s.checkpoint_nice,
+            write_delay_s=s.checkpoint_write_delay_s)
         if s.mode == "cluster":
             from replog.kafka import KafkaLog, retention_bytes_for
             from replog.zk import ZkElection

@@ -90,6 +90,10 @@ class Settings(BaseSettings):
     # it at the node's. It yields the cores to the order path, but a niced thread that holds
     # the GIL when preempted makes every other thread of the node wait for it.
     checkpoint_nice: int | None = 10
+    # How long after a capture this node waits before it writes (``checkpoints.Checkpointer``):
+    # give each node of a cluster a different delay, a few seconds apart, and the first one
+    # writes while the others find its checkpoint and only compare digests.
+    checkpoint_write_delay_s: float = 0.0
     # The log's size retention is derived from these (replog.kafka.retention_bytes_for): it
     # always holds every entry after the oldest kept checkpoint. Larger entries are refused.
     log_entry_bytes_max: int = 1024 * 1024

@@ -144,3 +144,68 @@ def test_after_close_the_apply_loop_is_left_alone(tmp_path: Path) -> None:
     cp = Checkpointer(LocalStore(tmp_path / "s"), sm, every_entries=10, retain=2)
     cp.close()
     assert _run(cp, sm, range(0, 25)) == []
+
+
+class _ViewWriter:
+    """A writer that holds a view: it can give its digest and release the view unwritten."""
+
+    def __init__(self, sm: BlobStateMachine, log: list[str]) -> None:
+        self.inner, self.sm, self.log = BlobStateMachine.snapshot(sm), sm, log
+
+    def write(self, dir: Path) -> None:
+        self.log.append("write")
+        self.inner.write(dir)
+
+    def digest(self) -> str:
+        self.log.append("digest")
+        return self.sm.digest()
+
+    def close(self) -> None:
+        self.log.append("close")
+
+
+class _ViewStateMachine(BlobStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[str] = []
+
+    def snapshot(self) -> _ViewWriter:  # type: ignore[override]
+        return _ViewWriter(self, self.log)
+
+
+def test_a_node_that_finds_the_offset_written_dumps_nothing_and_compares(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "s")
+    first_sm, second_sm = _ViewStateMachine(), _ViewStateMachine()
+    for sm, data in ((first_sm, b"10"), (second_sm, b"other")):
+        sm.set(10, "s.bin", data)
+    first = Checkpointer(store, first_sm, every_entries=10, retain=2, node_id="first")
+    assert first.checkpoint(10, 1).result(timeout=60) is not None
+    assert first_sm.log == ["write", "digest", "close"]
+    mismatches: list[int] = []
+    second = Checkpointer(store, second_sm, every_entries=10, retain=2, node_id="second",
+                          on_mismatch=lambda offset, *_: mismatches.append(offset))
+    assert second.checkpoint(10, 1).result(timeout=60) is None
+    assert second_sm.log == ["digest", "close"]  # no dump, the view released
+    assert second.stats.skipped_existing == 1 and second.digests[10] == second_sm.digest()
+    assert mismatches == [10] and second.stats.digest_mismatches == 1  # states differ
+    first.close(), second.close()
+
+
+def test_a_delayed_write_looks_for_another_nodes_checkpoint_after_its_delay(
+        tmp_path: Path) -> None:
+    # Both capture offset 10 at once; the delayed one looks only after the other wrote.
+    store = LocalStore(tmp_path / "s")
+    first_sm, late_sm = _ViewStateMachine(), _ViewStateMachine()
+    for sm in (first_sm, late_sm):
+        sm.set(10, "s.bin", b"10")
+    late = Checkpointer(store, late_sm, every_entries=10, retain=2, node_id="late",
+                        write_delay_s=3600)
+    pending = late.checkpoint(10, 1)
+    first = Checkpointer(store, first_sm, every_entries=10, retain=2, node_id="first")
+    assert first.checkpoint(10, 1).result(timeout=60) is not None
+    assert not pending.done() and late_sm.log == []  # still waiting out its delay
+    late.close(timeout_s=60)  # closing cuts the delay short
+    assert pending.result(timeout=0) is None
+    assert late_sm.log == ["digest", "close"] and late.stats.digest_mismatches == 0
+    assert read_manifest(store, 10).writer_node == "first"
+    first.close()
