@@ -202,7 +202,7 @@ class Checkpointer:
             if self.write_delay_s > 0:
                 self._closing.wait(self.write_delay_s)
             if self._written_elsewhere(writer, offset):
-                # Another node already wrote this offset: compare our digest with its, and
+                # Another node already wrote this offset: compare our digest with theirs, and
                 # dump nothing (the dump is most of a checkpoint's CPU).
                 close = writer.close
                 try:
