@@ -52,6 +52,19 @@ from runner.state.machine import RunnerStateMachine  # noqa: E402
 PAUSE_TARGET_MS = 10.0
 
 
+def apply_orders(sm: RunnerStateMachine, records: list[tuple[int, bytes]], cursor: int,
+                 orders: int) -> int:
+    """Apply ``records`` from ``cursor`` until ``orders`` orders (and the entries between
+    them) are applied; the next cursor."""
+    applied = 0
+    while cursor < len(records) and applied < orders:
+        offset, raw = records[cursor]
+        applied += b"EventReceived" in raw[:64]
+        sm.apply(Entry.decode(raw, offset))
+        cursor += 1
+    return cursor
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
@@ -78,12 +91,7 @@ def main() -> None:
             sm.apply(Entry.decode(raw, offset))
         for n, mode in enumerate(modes):
             if n:  # the next --gap orders (and their confirmations)
-                applied = 0
-                while cursor < len(records) and applied < args.gap:
-                    offset, raw = records[cursor]
-                    applied += b"EventReceived" in raw[:64]
-                    sm.apply(Entry.decode(raw, offset))
-                    cursor += 1
+                cursor = apply_orders(sm, records, cursor, args.gap)
             snapshot.ENGINE_CAPTURE = mode != "old"
             metrics_engine.CAPTURE_FROZEN = mode == "new"
             cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()

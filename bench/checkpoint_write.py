@@ -38,6 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.apply_cost import build_feed  # noqa: E402
+from bench.checkpoint_pause import apply_orders  # noqa: E402
 from bench.harness import Report  # noqa: E402
 from checkpoints import Checkpointer, store_from_url  # noqa: E402
 from replog.entry import Entry  # noqa: E402
@@ -75,12 +76,7 @@ def main() -> None:
             sm.apply(Entry.decode(raw, offset))
         for n, mode in enumerate(modes):
             if n:
-                applied = 0
-                while cursor < len(records) and applied < args.gap:
-                    offset, raw = records[cursor]
-                    applied += b"EventReceived" in raw[:64]
-                    sm.apply(Entry.decode(raw, offset))
-                    cursor += 1
+                cursor = apply_orders(sm, records, cursor, args.gap)
             sm.flush()
             runs = sm.con.execute("SELECT count(*) FROM runs").fetchone()[0]
             snapshot.DUMP_SORTED, snapshot.DUMP_COMPRESSION = DUMPS[mode]
