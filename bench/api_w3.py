@@ -339,10 +339,13 @@ def main(argv: list[str] | None = None) -> int:
                              "above one request a tick; a request due sooner after a wakeup "
                              "goes up to a tick late, counted in its latency); 0: each at its "
                              "due time")
-    parser.add_argument("--checkpoint-stagger-s", type=float, default=0.0,
+    parser.add_argument("--checkpoint-stagger-s", type=float, default=2.0,
                         help="node i waits i times this long after a checkpoint's capture "
-                             "before writing it (Settings.checkpoint_write_delay_s): the "
-                             "first node writes, the others find its checkpoint and compare")
+                             "before writing it (Settings.checkpoint_write_delay_s), the "
+                             "leader 6 s more (Settings.checkpoint_leader_write_delay_s): the "
+                             "first follower writes, the others find its checkpoint and "
+                             "compare; 0 and RAILFLOW_CHECKPOINT_LEADER_WRITE_DELAY_S=0: all "
+                             "at once")
     parser.add_argument("--duration-s", type=float, default=None,
                         help="each row's measured length (default 300 s, --quick 10 s): a "
                              "row of a minute or two gives the JVMs' collections and each "

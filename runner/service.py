@@ -88,7 +88,7 @@ class Service:
         self.checkpointer = checkpoints.Checkpointer(
             store, self.sm, s.checkpoint_every_entries, s.checkpoint_retain, node_id=s.node_id,
             key=key, on_mismatch=self._digest_mismatch, background_nice=s.checkpoint_nice,
-            write_delay_s=s.checkpoint_write_delay_s)
+            write_delay_s=s.checkpoint_write_delay(is_leader=False))
         if s.mode == "cluster":
             from replog.kafka import KafkaLog, retention_bytes_for
             from replog.zk import ZkElection
@@ -294,6 +294,8 @@ class Service:
                 self.telemetry.is_leader.set(1 if self.node.is_leader else 0)
                 self.telemetry.store_backlog.set(self.executor.store_backlog())
                 self.telemetry.runs_awaiting_store.set(self.runs_awaiting_store())
+                # read by the checkpoint's thread after each capture: the leader writes last
+                self.checkpointer.write_delay_s = s.checkpoint_write_delay(self.node.is_leader)
                 if not self.node.is_leader:
                     continue
                 confirmations = self.executor.take_confirmations()

@@ -26,6 +26,10 @@ DEMO_SECRETS = {
     "cluster_secret": "railflow-demo-cluster-secret",
 }
 secret_chars_min = 24
+# A follower's checkpoint write at P1's rate is a few hundred ms of CPU (bench/checkpoint_write.py)
+# and at most a few seconds of wall time on a busy machine; a checkpoint falls due every ~20 s at
+# 1,000 orders/s, so the leader's write, delayed this long, still ends well before the next one.
+LEADER_WRITE_DELAY_S = 6.0
 
 
 class Settings(BaseSettings):
@@ -94,6 +98,11 @@ class Settings(BaseSettings):
     # give each node of a cluster a different delay, a few seconds apart, and the first one
     # writes while the others find its checkpoint and only compare digests.
     checkpoint_write_delay_s: float = 0.0
+    # How much longer the leader waits than that (None: LEADER_WRITE_DELAY_S in cluster mode,
+    # 0 for an embedded node, which has no one to wait for). The leader is the node whose CPU
+    # the orders wait on; by then a follower has usually written the checkpoint, and the
+    # leader only computes its digest and compares (``checkpoint_write_delay``).
+    checkpoint_leader_write_delay_s: float | None = None
     # The log's size retention is derived from these (replog.kafka.retention_bytes_for): it
     # always holds every entry after the oldest kept checkpoint. Larger entries are refused.
     log_entry_bytes_max: int = 1024 * 1024
@@ -168,6 +177,15 @@ class Settings(BaseSettings):
         """Signs and verifies checkpoint manifests (derived: never the forwarding key itself)."""
         return hmac.new(self.resolved_cluster_secret().encode(), b"railflow checkpoint manifest",
                         hashlib.sha256).digest()
+
+    def checkpoint_write_delay(self, is_leader: bool) -> float:
+        """How long after a capture a node in this role waits before it writes."""
+        if not is_leader:
+            return self.checkpoint_write_delay_s
+        extra = self.checkpoint_leader_write_delay_s
+        if extra is None:
+            extra = LEADER_WRITE_DELAY_S if self.mode == "cluster" else 0.0
+        return self.checkpoint_write_delay_s + extra
 
     @property
     def demo_scorer_enabled(self) -> bool:
