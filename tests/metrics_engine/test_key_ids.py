@@ -109,6 +109,18 @@ def test_dropping_tables_of_a_shared_key_space_keeps_the_others_exact():
                 assert same(got[i][d.name], w), (d.name, i, got[i][d.name], w)
 
 
+def _keeping_fingerprint_bits(path: str, bits: int, texts: list[str]) -> Engine:
+    """An engine whose key spaces keep ``bits`` bits of each key's fingerprint, with
+    ``texts`` defined."""
+    eng = Engine(path, chunk_bytes_target=300, segment_bytes_max=1200, fsync=False)
+    # A first metric makes the stream's core; the key spaces made after take `bits`.
+    eng.define("SELECT COUNT(*) AS by_merchant FROM payments GROUP BY merchant RANGE 3 SECONDS")
+    eng._plan.streams["payments"].core.key_fingerprint_bits = bits
+    for text in texts:
+        eng.define(text)
+    return eng
+
+
 def test_keys_sharing_fingerprints_keep_their_own_ids():
     """Key spaces find a key by a fingerprint of it (keyed.rs `KeySpace::index`); with 2 bits
     kept, keys share fingerprints all the time: every value still equals the oracle, and the
@@ -118,14 +130,7 @@ def test_keys_sharing_fingerprints_keep_their_own_ids():
     engines = []
     with tempfile.TemporaryDirectory() as tmp:
         for bits in (2, 64):
-            eng = Engine(f"{tmp}/{bits}", chunk_bytes_target=300, segment_bytes_max=1200,
-                         fsync=False)
-            # A first metric makes the stream's core; the key spaces made after take `bits`.
-            eng.define("SELECT COUNT(*) AS by_merchant FROM payments GROUP BY merchant "
-                       "RANGE 3 SECONDS")
-            eng._plan.streams["payments"].core.key_fingerprint_bits = bits
-            for text in texts:
-                eng.define(text)
+            eng = _keeping_fingerprint_bits(f"{tmp}/{bits}", bits, texts)
             engines.append((eng, [eng.ingest("payments", ev, t) for t, ev in stream[:300]]))
         (few, got), (full, ref) = engines
         assert sum(few._plan.streams["payments"].core.key_clashes()) > 10
@@ -161,17 +166,8 @@ def test_a_batch_interning_keys_with_shared_fingerprints_equals_one_event_per_ca
     all 64 bits fed one event per call, value for value, and so does the digest."""
     stream = [(t, {**ev, "card": str(ev["card"])}) for t, ev in _events(900, 11)]
     with tempfile.TemporaryDirectory() as tmp:
-        engines = []
-        for bits in (2, 64):
-            eng = Engine(f"{tmp}/{bits}", chunk_bytes_target=300, segment_bytes_max=1200,
-                         fsync=False)
-            eng.define("SELECT COUNT(*) AS by_merchant FROM payments GROUP BY merchant "
-                       "RANGE 3 SECONDS")
-            eng._plan.streams["payments"].core.key_fingerprint_bits = bits
-            for text in _metrics():
-                eng.define(text)
-            engines.append(eng)
-        few, full = engines
+        few, full = (_keeping_fingerprint_bits(f"{tmp}/{bits}", bits, _metrics())
+                     for bits in (2, 64))
         want = [full.ingest("payments", ev, t) for t, ev in stream]
         got: dict[str, list] = {}
         for lo in range(0, len(stream), 200):
