@@ -438,7 +438,7 @@ class StreamPlan:
         self.value_funcs: list[tuple[str, str, str | None]] = []  # (metric, function, field)
         self.field_kinds: dict[str, str] = {}  # each field's kind in the last batch typing it
         self._kinds_memo: tuple = (None, None, {})  # value_kinds' last (funcs, fields, answer)
-        # The last batch's Arrow schema: (export's schema_key, pyarrow Schema, its names).
+        # The last batch's Arrow schema: (export's schema_key, its struct type, its names).
         self.arrow_schema: tuple | None = None
         self._next_cid = 0
 
@@ -702,17 +702,17 @@ class Plan:
             if not isinstance(out, dict):
                 # All the columns as one record batch (the native core's buffers, no copy).
                 # The schema (240 fields for W1's misaligned windows) is imported once per
-                # names and formats, by the export's hash of them; then only the arrays.
+                # names and formats, by the export's hash of them; then only the arrays, as
+                # one struct array whose children are the columns: a record batch's
+                # `columns` wraps a schema field per column besides the array, which was
+                # most of a call's fixed cost at 240 columns.
                 key, arrays = out.schema_key(), out.addresses()[0]
                 known = sp.arrow_schema
-                if known is not None and known[0] == key:
-                    batch = pa.RecordBatch._import_from_c(arrays, known[1])
-                    names = known[2]
-                else:
-                    batch = pa.RecordBatch._import_from_c(*out.addresses())
-                    names = batch.schema.names
-                    sp.arrow_schema = (key, batch.schema, names)
-                return dict(zip(names, batch.columns, strict=True))
+                if known is None or known[0] != key:
+                    schema = pa.Schema._import_from_c(out.addresses()[1])
+                    known = sp.arrow_schema = (key, pa.struct(list(schema)), schema.names)
+                struct = pa.Array._import_from_c(arrays, known[1])
+                return dict(zip(known[2], struct.flatten(), strict=True))
             if misfits:
                 values = {n: v if isinstance(v, list) else _arrow_column(v, rows).to_pylist()
                           for n, v in out.items()}
