@@ -120,6 +120,9 @@ class NodeCluster:
                    RAILFLOW_KAFKA_TOPIC=self.topic,
                    RAILFLOW_ELECTION_PATH=f"/railflow/{self.topic}/leader",
                    **secrets_env(self.data_dir), **self.env)
+        # the nodes share this machine's cores: each flushes to DuckDB at its own moment
+        env.setdefault("RAILFLOW_FLUSH_PHASE",
+                       str((port - self.base_port) / self.nodes_count % 1.0))
         if self.checkpoint_stagger_s:
             env["RAILFLOW_CHECKPOINT_WRITE_DELAY_S"] = str(
                 (port - self.base_port) * self.checkpoint_stagger_s)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import zlib
 from pathlib import Path
 from typing import Literal
 
@@ -103,6 +104,10 @@ class Settings(BaseSettings):
     # the orders wait on; by then a follower has usually written the checkpoint, and the
     # leader only computes its digest and compares (``checkpoint_write_delay``).
     checkpoint_leader_write_delay_s: float | None = None
+    # Where in each span of log offsets this node hands its rows to DuckDB
+    # (``runner.state.buffer.handoff_entries``), 0 to 1; None: from the node id. Nodes sharing
+    # cores flush at different moments when their phases differ.
+    flush_phase: float | None = Field(default=None, ge=0, lt=1)
     # The log's size retention is derived from these (replog.kafka.retention_bytes_for): it
     # always holds every entry after the oldest kept checkpoint. Larger entries are refused.
     log_entry_bytes_max: int = 1024 * 1024
@@ -186,6 +191,12 @@ class Settings(BaseSettings):
         if extra is None:
             extra = LEADER_WRITE_DELAY_S if self.mode == "cluster" else 0.0
         return self.checkpoint_write_delay_s + extra
+
+    @property
+    def effective_flush_phase(self) -> float:
+        if self.flush_phase is not None:
+            return self.flush_phase
+        return zlib.crc32(self.node_id.encode()) / 2**32
 
     @property
     def demo_scorer_enabled(self) -> bool:

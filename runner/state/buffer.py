@@ -36,14 +36,22 @@ from runner.state import schema
 
 log = logging.getLogger(__name__)
 
-# Rows per generation before it goes to the flusher: each generation costs a transaction and
-# one statement per table, a few ms each whatever the rows (the runs table's primary key, the
-# commit), so generations are large: at 4,096 rows (~800 W3 orders) that fixed part was about
-# a third of the flusher's CPU per order. Nothing waits for a full generation: readers look
-# into the pending ones, and those that query DuckDB for the newest rows call ``sync``.
-handoff_rows_max = 16_384
+# Log entries per generation: a generation goes to the flusher once the log offset enters the
+# next span of this many entries (shifted by the buffer's phase). Each generation costs a
+# transaction and one statement per table, a few ms each whatever the rows (the runs table's
+# primary key, the commit), so generations are large: at 4,096 rows (~800 W3 orders) that fixed
+# part was about a third of the flusher's CPU per order; 3,072 entries are ~16,000 rows of W3
+# orders (~5.3 rows an order, one entry each). Nothing waits for a full generation: readers
+# look into the pending ones, and those that query DuckDB for the newest rows call ``sync``.
+# Spans are of the log's offsets, not of rows counted since the node started, so that a phase
+# stays put across restarts, checkpoints and readers' syncs: replicas given different phases
+# flush at different moments (a flush is ~70 ms of CPU at 1,000 orders/s; three replicas
+# flushing at once on two shared cores held up the leader's orders for tens of ms).
+handoff_entries = 3_072
+# ... or once it holds this many rows (entries far larger than orders').
+handoff_rows_max = 32_768
 # ... or once it holds this much log time (entry ts, never a clock: the same on every replica),
-# so that at low rates DuckDB lags the applied state by seconds, not by 16,384 rows. Not
+# so that at low rates DuckDB lags the applied state by seconds, not by 3,072 entries. Not
 # shorter: a generation's fixed cost (~15-20 ms) over the few orders a low rate brings in a
 # few seconds is tens of µs per order (at 500 W3 orders/s the size bound comes first, ~6 s).
 handoff_log_ms_max = 30_000
@@ -144,11 +152,18 @@ class _Marker:
 
 
 class RowBuffer:
-    def __init__(self, con: duckdb.DuckDBPyConnection) -> None:
+    """``phase`` (0 to 1): where in each span of ``handoff_entries`` offsets this buffer hands
+    its generations off (any phase gives the same state; only when the flusher works moves)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, phase: float = 0.0) -> None:
+        if not 0.0 <= phase < 1.0:
+            raise ValueError(f"phase must be in [0, 1), got {phase}")
         self._lock = threading.Lock()
         self._landed = threading.Condition(self._lock)
         self.current = _Generation()
         self._current_since: int | None = None  # log time of the current generation's start
+        self._phase_entries = int(phase * handoff_entries)
+        self._current_span: int | None = None  # the span of offsets the generation started in
         self._in_flight: list[_Generation] = []  # oldest first
         self._queue: queue.Queue[_Generation | _Marker | None] = queue.Queue()
         self._markers: deque[Future[Any]] = deque()  # queued by apply, maybe not yet run
@@ -195,14 +210,17 @@ class RowBuffer:
                 gen.runs_evicted += stage.runs_evicted
                 gen.evicted_ids.update(run_id for run_id, _, _ in stage.runs_evicted)
 
-    def maybe_hand_off(self, ts: int) -> None:
-        """After an entry of log time ``ts`` was absorbed: hand the generation to the flusher
-        once it is large or old enough."""
-        since = self._current_since  # a reader's sync may reset it meanwhile: read it once
-        if since is None:
-            since = self._current_since = ts
-        if self.current.rows() >= handoff_rows_max or (
-                ts - since >= handoff_log_ms_max and self.current.rows()):
+    def maybe_hand_off(self, ts: int, offset: int) -> None:
+        """After the entry at ``offset``, of log time ``ts``, was absorbed: hand the generation
+        to the flusher once the offsets enter a new span, or it is large or old enough."""
+        rows = self.current.rows()
+        if not rows:  # a generation starts with its first rows
+            return
+        span = (offset + self._phase_entries) // handoff_entries
+        since, started = self._current_since, self._current_span  # a reader's sync may reset
+        if since is None or started is None:  # them meanwhile: read them once
+            since, started = self._current_since, self._current_span = ts, span
+        if span != started or rows >= handoff_rows_max or ts - since >= handoff_log_ms_max:
             with self._landed:
                 while len(self._in_flight) >= generations_in_flight_max and self.failure is None:
                     self._landed.wait(0.5)  # back-pressure on apply only, never on readers
@@ -266,7 +284,7 @@ class RowBuffer:
         if not gen.rows() and not gen.decisions:
             return
         self.current = _Generation()
-        self._current_since = None
+        self._current_since = self._current_span = None
         self._in_flight.append(gen)
         self._queue.put(gen)
 

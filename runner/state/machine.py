@@ -71,7 +71,8 @@ class RunnerStateMachine:
 
     def __init__(self, data_dir: Path, engine: Any | None = None, *,
                  dedup_retention_ms: int = DEDUP_RETENTION_MS_DEFAULT,
-                 run_retention_ms: int = retention.RUN_RETENTION_MS_DEFAULT) -> None:
+                 run_retention_ms: int = retention.RUN_RETENTION_MS_DEFAULT,
+                 flush_phase: float = 0.0) -> None:
         self._dir = Path(data_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
         # One DuckDB thread: the hot path never waits on DuckDB, and three nodes share 2 cores.
@@ -92,7 +93,7 @@ class RunnerStateMachine:
         # cleared whenever ``_active`` changes
         self._of_type: dict[str, list[tuple[str, int, Any]]] = {}
         self._applied = -1
-        self._buffer = RowBuffer(self.con)
+        self._buffer = RowBuffer(self.con, flush_phase)  # see buffer.handoff_entries
         self._seen: dict[str, int] = {}  # event id -> offset, within the dedup retention
         # (ts, event id, its events_seen row's hash) in log order
         self._seen_order: deque[tuple[int, str, int]] = deque()
@@ -169,7 +170,7 @@ class RunnerStateMachine:
         # No flush after a handler that used DuckDB: its staged rows land after its own
         # statements whenever they go, and before the next such handler's (it flushes first).
         # A flush here cost each app answer, review or tick a generation of its own (~15 ms).
-        self._buffer.maybe_hand_off(entry.ts)
+        self._buffer.maybe_hand_off(entry.ts, entry.offset)
         return effects
 
     def _commit_stage(self, runs_are_new: bool) -> None:

@@ -492,3 +492,47 @@ def test_an_events_runs_are_inserted_and_a_resumed_run_replaces_its_row(machine)
     assert [(s, d) for _, s, d in rows] == [("decided", "approve"), ("decided", "approve")]
     assert machine.con.execute("SELECT decision FROM decisions WHERE run_id = ?",
                                [run["run_id"]]).fetchone() == ("approve",)
+
+
+def test_a_generation_goes_to_duckdb_where_its_phase_puts_the_span_boundary(machine,
+                                                                             monkeypatch):
+    """A generation is handed off once the log offset enters a new span of
+    ``handoff_entries``, shifted by the buffer's phase: replicas with other phases flush at
+    other offsets, and a reader's sync in between does not move the next boundary."""
+    from runner.state import buffer
+
+    log = Log(machine)
+    setup_w3(log)
+    monkeypatch.setattr(buffer, "handoff_entries", 4)
+    machine._buffer._phase_entries = 1  # boundaries where (offset + 1) % 4 == 0
+    handed_at, synced_at = [], None
+    for i in range(12):
+        log.apply(entries.EVENT_RECEIVED, order(f"o-{i}", card=f"c{i}"))
+        if machine._buffer.current.rows() == 0:
+            handed_at.append(machine.applied_offset)
+        if i == 5:
+            machine.sync()  # a reader: hands off mid-span; the span boundaries stay
+            synced_at = machine.applied_offset
+    by_span = [o for o in handed_at if o != synced_at]
+    assert len(by_span) >= 2 and all((o + 1) % 4 == 0 for o in by_span), handed_at
+    machine.sync()
+    assert machine.con.execute("SELECT count(*) FROM runs").fetchone() == (12,)
+
+
+def test_replicas_flushing_at_other_phases_hold_the_same_state(tmp_path):
+    """Where a generation ends changes when DuckDB gets rows, never what the state is."""
+    machines = [RunnerStateMachine(tmp_path / f"m{phase}", flush_phase=phase)
+                for phase in (0.0, 0.5, 0.75)]
+    try:
+        for m in machines:
+            log = Log(m)
+            setup_w3(log)
+            for i in range(40):
+                log.apply(entries.EVENT_RECEIVED, order(f"o-{i}", card=f"c{i % 7}"))
+        digests = {m.digest() for m in machines}
+        tables = {tuple(m.con.execute("SELECT run_id, decision FROM runs ORDER BY run_id")
+                        .fetchall()) for m in machines}
+        assert len(digests) == 1 and len(tables) == 1
+    finally:
+        for m in machines:
+            m.close()
