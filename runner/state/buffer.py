@@ -169,6 +169,9 @@ class RowBuffer:
         self._markers: deque[Future[Any]] = deque()  # queued by apply, maybe not yet run
         self._cursor = con.cursor()
         self.failure: BaseException | None = None
+        # pyarrow's first conversion imports pandas (~0.5 s holding the GIL): now, at the
+        # node's start, not in its first flush while orders arrive
+        pa.array([""], type=pa.string())
         self._thread = threading.Thread(target=self._flusher, name="duckdb-flush", daemon=True)
         self._thread.start()
 
