@@ -1,10 +1,12 @@
 """Start a node from the newest valid checkpoint instead of replaying the whole log.
 
 ``bootstrap`` walks the checkpoints newest first; for each it reads and self-checks the
-manifest, downloads the parts verifying size and sha256, restores the state machine, and
-checks the restored digest against the manifest. Anything wrong is logged on one line and the
-next older checkpoint is tried. The caller then replays the log from the returned offset + 1
-(or from the start when it returns None).
+manifest (and, for a delta, the manifests of its chain: ``checkpoints.chain``), downloads the
+parts verifying size and sha256 (a delta's: the full checkpoint's and each delta's, into one
+folder each), restores the state machine (a chain through its ``restore_chain(dirs)``, oldest
+first), and checks the restored digest against the manifest. Anything wrong is logged on one
+line and the next older checkpoint is tried. The caller then replays the log from the returned
+offset + 1 (or from the start when it returns None).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from checkpoints.chain import resolve
 from checkpoints.errors import CorruptCheckpoint
 from checkpoints.manifest import Manifest
 from checkpoints.read import fetch_parts, list_offsets, read_manifest
@@ -73,10 +76,19 @@ def restore_newest(
         started = time.perf_counter()
         try:
             manifest = read_manifest(store, offset, key)
-            fetch_parts(store, manifest, scratch)
+            links = resolve(store, manifest, key)
+            dirs = [scratch / f"{at:03d}-{link.offset}" for at, link in enumerate(links)]
+            for link, folder in zip(links, dirs, strict=True):
+                fetch_parts(store, link, folder)
             fetched_s = time.perf_counter() - started
+            restore_chain = getattr(state_machine, "restore_chain", None)
+            if len(dirs) > 1 and restore_chain is None:
+                raise CorruptCheckpoint("a delta, and this state machine restores full ones only")
             try:
-                state_machine.restore(scratch)
+                if restore_chain is not None and len(dirs) > 1:
+                    restore_chain(dirs)
+                else:
+                    state_machine.restore(dirs[0])
             except Exception as exc:  # verified bytes it cannot read: e.g. an older format
                 raise CorruptCheckpoint(f"the state machine could not restore it: {exc!r}") from exc
             restored = state_machine.applied_offset
@@ -99,11 +111,12 @@ def restore_newest(
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         log.info(
-            "restored checkpoint %d from %s (%d bytes, fetch %.3f s, total %.3f s, writer %s);"
+            "restored checkpoint %d from %s (%s%d bytes, fetch %.3f s, total %.3f s, writer %s);"
             " replay from offset %d",
             offset,
             store.url,
-            manifest.total_bytes,
+            f"a delta on {len(links) - 1} checkpoints, " if len(links) > 1 else "",
+            sum(link.uploaded_bytes for link in links),
             fetched_s,
             time.perf_counter() - started,
             manifest.writer_node or "?",

@@ -20,6 +20,14 @@ then it only computes its digest and compares (a writer with ``digest()`` and ``
 different delays write one after the other instead of all at once, and only the first dumps
 its state; the others hold their captured view meanwhile.
 
+A checkpoint is full or a delta (``checkpoints.chain``). A writer that offers ``delta_base``
+(the offset of the capture its changed keys are relative to, or None), ``write_delta(dir)``
+and ``immutable(dir)`` gets a delta when ``chain.plan`` finds a valid checkpoint at that base
+in the store (written by any node: all capture at the same offsets) whose chain holds fewer
+than ``full_every`` deltas; otherwise ``write(dir)``, a full one (the first checkpoint, after
+a failed or missing one, a broken chain, or every ``full_every`` deltas). A delta names the
+immutable files its base holds (``chain.reusable``) instead of hashing and uploading them.
+
 A snapshot writer may offer ``digest()`` (computed on its captured view, in the background)
 and ``close()`` (release the view); without ``digest()`` the state machine's ``digest()`` is
 called during the capture and counts toward the pause.
@@ -41,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from checkpoints import chain
 from checkpoints.errors import InvariantViolation
 from checkpoints.layout import manifest_key
 from checkpoints.manifest import Manifest
@@ -76,11 +85,13 @@ class Snapshottable(Protocol):
 @dataclass
 class CheckpointerStats:
     taken: int = 0
+    deltas: int = 0  # of ``taken``
     failed: int = 0
     skipped_busy: int = 0
     skipped_existing: int = 0
     last_offset: int = -1
-    last_bytes: int = 0
+    last_bytes: int = 0  # uploaded (a delta's referenced parts not counted)
+    last_delta_base: int | None = None  # None: the last one was full
     last_upload_s: float = 0.0
     digest_mismatches: int = 0
     pauses_s: collections.deque[float] = field(
@@ -103,6 +114,7 @@ class Checkpointer:
         key: bytes | None = None,
         on_mismatch: Callable[[int, str, Manifest], None] | None = None,
         write_delay_s: float = 0.0,
+        full_every: int = chain.FULL_EVERY_DELTAS,
     ) -> None:
         if every_entries < EVERY_ENTRIES_MIN:
             raise ValueError(f"every_entries must be >= {EVERY_ENTRIES_MIN}, got {every_entries}")
@@ -128,6 +140,7 @@ class Checkpointer:
         self.key = key  # signs manifests (see checkpoints.manifest)
         self.on_mismatch = on_mismatch
         self.write_delay_s = write_delay_s
+        self.full_every = full_every  # deltas between two full checkpoints (0: never a delta)
         self._closing = threading.Event()  # cuts a write's delay short
         self.digests: collections.OrderedDict[int, str] = collections.OrderedDict()
         self.stats = CheckpointerStats()
@@ -214,10 +227,14 @@ class Checkpointer:
                 self.stats.skipped_existing += 1
                 self._compare(offset, digest)
                 return None
+            links, base = self._plan(writer)
             # The writer always runs first: it is what releases the captured view (some
             # writers have no close()), even when the upload is then skipped or fails.
             try:
-                writer.write(scratch)
+                if links:
+                    writer.write_delta(scratch)
+                else:
+                    writer.write(scratch)
                 if digest is None:
                     digest = str(writer.digest())
             finally:
@@ -240,11 +257,15 @@ class Checkpointer:
                 created_at_ms=created_at_ms,
                 writer_node=self.node_id,
                 key=self.key,
+                chain=links,
+                reuse=chain.reusable(base, writer.immutable(scratch)) if base else None,
             )
             prune(self.store, self.retain)
             self.stats.taken += 1
+            self.stats.deltas += bool(links)
+            self.stats.last_delta_base = links[-1] if links else None
             self.stats.last_offset = offset
-            self.stats.last_bytes = manifest.total_bytes
+            self.stats.last_bytes = manifest.uploaded_bytes
             self.stats.last_upload_s = time.perf_counter() - started
             return manifest
         except Exception:
@@ -253,6 +274,16 @@ class Checkpointer:
             raise
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def _plan(self, writer: Any) -> tuple[tuple[int, ...], Manifest | None]:
+        """The chain of a delta and its base's manifest, or ``((), None)`` for a full one."""
+        base = getattr(writer, "delta_base", None)
+        if base is None or not callable(getattr(writer, "write_delta", None)):
+            return (), None
+        with self._lock:
+            ours = self.digests.get(base)
+        return chain.plan(self.store, base, key=self.key, full_every=self.full_every,
+                          base_digest=ours)
 
     def _written_elsewhere(self, writer: Any, offset: int) -> bool:
         """Whether the store holds this offset's checkpoint already, for a writer that can

@@ -52,10 +52,11 @@ def _fetch_one(store: CheckpointStore, offset: int, part: Part, dst: Path) -> No
     rel = part.path.split("/", 1)[1] if "/" in part.path else part.path
     local = dst / rel
     local.parent.mkdir(parents=True, exist_ok=True)
+    folder = offset if part.folder is None else part.folder  # referenced from an earlier one
     try:
-        store.get_file(part_key(offset, part.path), local)
+        store.get_file(part_key(folder, part.path), local)
     except FileNotFoundError:
-        raise CorruptCheckpoint(f"part {part.path} is missing") from None
+        raise CorruptCheckpoint(f"part {part.path} of folder {folder} is missing") from None
     size, digest = hash_file(local)
     if size != part.size:
         raise CorruptCheckpoint(f"part {part.path} is {size} bytes, manifest says {part.size}")

@@ -1,17 +1,24 @@
-"""Retention: keep the N newest checkpoints, never the newest valid one, drop leftovers.
+"""Retention: keep the N newest checkpoints and every checkpoint their chains need, never the
+newest valid one, drop leftovers.
 
 A folder is deleted manifest first, so a half-deleted folder is never taken for a checkpoint.
 Folders without a manifest are deleted only when older than the newest valid checkpoint
-(newer ones may still be uploading). "Valid" here means the manifest reads and self-checks;
-parts are not downloaded, so keep ``retain >= 2`` to have a fallback when a part is damaged.
+(newer ones may still be uploading). "Valid" here means the manifest reads and self-checks and,
+for a delta, so does every manifest of its chain (``checkpoints.chain.resolve``): a delta whose
+base is gone does not count among the N. The full checkpoint and the deltas a kept delta is
+built on are kept however old (never a base a kept delta needs); so are the files they hold
+that a kept delta names. Parts are not downloaded, so keep ``retain >= 2`` to have a fallback
+when a part is damaged.
 """
 
 from __future__ import annotations
 
 import logging
 
+from checkpoints.chain import needed, resolve
 from checkpoints.errors import CorruptCheckpoint, InvariantViolation
 from checkpoints.layout import folder_name, manifest_key
+from checkpoints.manifest import Manifest
 from checkpoints.read import list_offsets, read_manifest
 from checkpoints.stores import CheckpointStore
 
@@ -21,28 +28,34 @@ RETAIN_MAX = 1000
 
 
 def prune(store: CheckpointStore, retain: int) -> list[int]:
-    """Delete checkpoints beyond the ``retain`` newest valid ones; return the deleted offsets."""
+    """Delete checkpoints beyond the ``retain`` newest valid ones and the chains those need;
+    return the deleted offsets."""
     if not 1 <= retain <= RETAIN_MAX:
         raise ValueError(f"retain must be in 1..{RETAIN_MAX}, got {retain}")
     offsets = list_offsets(store)
-    kept: list[int] = []
+    kept: list[Manifest] = []
     doomed: list[int] = []
+    cache: dict[int, Manifest] = {}
     for offset in offsets:
         if len(kept) >= retain:
             doomed.append(offset)
             continue
         try:
-            read_manifest(store, offset)  # manifest must parse and self-check
+            manifest = cache.get(offset) or read_manifest(store, offset)  # must self-check
+            resolve(store, manifest, cache=cache)  # and so must its chain's
         except CorruptCheckpoint:
             if kept:  # older than a valid checkpoint: a leftover, not an upload in progress
                 doomed.append(offset)
             continue
-        kept.append(offset)
+        kept.append(manifest)
     if doomed and not kept:
         raise InvariantViolation("prune would delete checkpoints while keeping none valid")
+    bases = needed(kept)
+    doomed = [o for o in doomed if o not in bases]
     for offset in doomed:
         store.delete_file(manifest_key(offset))
         store.delete_dir(folder_name(offset))
     if doomed:
-        log.info("retention on %s kept %s, deleted %s", store.url, kept, doomed)
+        log.info("retention on %s kept %s (and bases %s), deleted %s", store.url,
+                 [m.offset for m in kept], sorted(bases), doomed)
     return doomed

@@ -89,7 +89,8 @@ class Service:
         self.checkpointer = checkpoints.Checkpointer(
             store, self.sm, s.checkpoint_every_entries, s.checkpoint_retain, node_id=s.node_id,
             key=key, on_mismatch=self._digest_mismatch, background_nice=s.checkpoint_nice,
-            write_delay_s=s.checkpoint_write_delay(is_leader=False))
+            write_delay_s=s.checkpoint_write_delay(is_leader=False),
+            full_every=s.checkpoint_full_every)
         if s.mode == "cluster":
             from replog.kafka import KafkaLog, retention_bytes_for
             from replog.zk import ZkElection

@@ -108,6 +108,8 @@ class Settings(BaseSettings):
     # (``runner.state.buffer.handoff_entries``), 0 to 1; None: from the node id. Nodes sharing
     # cores flush at different moments when their phases differ.
     flush_phase: float | None = Field(default=None, ge=0, lt=1)
+    # Delta checkpoints between two full ones (``checkpoints.chain``; 0: every one full).
+    checkpoint_full_every: int = Field(default=30, ge=0, le=1000)
     # The log's size retention is derived from these (replog.kafka.retention_bytes_for): it
     # always holds every entry after the oldest kept checkpoint. Larger entries are refused.
     log_entry_bytes_max: int = 1024 * 1024

@@ -32,7 +32,7 @@ import orjson
 import pyarrow as pa
 
 from runner.errors import InvariantViolation
-from runner.state import schema
+from runner.state import changes, schema
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,8 @@ class RowBuffer:
         # pyarrow's first conversion imports pandas (~0.5 s holding the GIL): now, at the
         # node's start, not in its first flush while orders arrive
         pa.array([""], type=pa.string())
+        # The keys changed since the last capture (apply thread only: ``runner.state.changes``)
+        self._changes: changes.Changes | None = changes.Changes(since=None)
         self._thread = threading.Thread(target=self._flusher, name="duckdb-flush", daemon=True)
         self._thread.start()
 
@@ -180,6 +182,8 @@ class RowBuffer:
         """Add the rows of one applied entry (built apart, so a rejected entry adds none);
         ``runs_are_new``: its run rows and decisions are of runs no earlier entry staged.
         Under the lock: a reader's ``sync`` hands off whole entries only."""
+        if self._changes is not None and not changes.absorb(self._changes, stage):
+            self._changes = None  # too many to be worth a delta: the next checkpoint is full
         with self._lock:  # most of a stage is empty: only what it holds is touched
             gen = self.current
             if stage.runs:
@@ -250,6 +254,18 @@ class RowBuffer:
             self._queue.put(marker)
         self._markers.append(marker.result)
         return marker.result
+
+    def cut_changes(self, offset: int) -> changes.Changes | None:
+        """The keys changed since the previous cut (None when unknown); a new set starts,
+        relative to ``offset``. Apply thread, next to ``when_landed`` of the capture's view:
+        the set then holds exactly the entries that view holds since the cut before."""
+        cut = self._changes
+        self._changes = changes.Changes(since=offset)
+        return cut if cut is not None and cut.since is not None else None
+
+    def reset_changes(self, since: int | None) -> None:
+        """Start the set afresh, relative to ``since`` (a restore's offset; apply thread)."""
+        self._changes = changes.Changes(since=since)
 
     # ---------------------------------------------------------------- any thread
     def sync(self) -> None:

@@ -326,10 +326,19 @@ class RunnerStateMachine:
         engine's state in memory now (``Engine.capture``; its files made on other threads),
         the tables' view once the flusher wrote every pending generation."""
         view = self._buffer.when_landed(lambda: snapshot.open_view(self.con))
-        return snapshot.capture(view, self.engine, self._applied, self._rows_total)
+        # cut where the view was queued: the keys changed exactly by the entries it holds
+        changes = self._buffer.cut_changes(self._applied)
+        return snapshot.capture(view, self.engine, self._applied, self._rows_total, changes)
 
     def restore(self, directory: Path) -> None:
-        self._applied = snapshot.restore(self.con, self.engine, Path(directory))
+        self.restore_chain([Path(directory)])
+
+    def restore_chain(self, directories: list[Path]) -> None:
+        """Restore a full snapshot and the deltas after it, oldest first
+        (``snapshot.restore_chain``); later deltas are relative to the restored offset."""
+        self._applied = snapshot.restore_chain(self.con, self.engine,
+                                               [Path(d) for d in directories])
+        self._buffer.reset_changes(self._applied)
         self._rebuild_active()
         sums = digest.scan(self.con)
         self._rows_total, self._cold_total = sums.total, sums.cold

@@ -22,10 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from runner.errors import InvariantViolation
 from runner.state import digest as state_digest
 from runner.state import schema
+from runner.state.changes import TABLE_KEYS, Changes
 
 # False: the engine's whole snapshot on the apply thread, as before ``Engine.capture`` (the
 # benchmarks' A/B switch, bench/checkpoint_pause.py).
@@ -36,13 +39,15 @@ ENGINE_CAPTURE = True
 # (bench/checkpoint_write.py). True / snappy: the earlier dump (the benchmark's A/B switch).
 DUMP_SORTED = False
 DUMP_COMPRESSION = "COMPRESSION zstd, COMPRESSION_LEVEL 1"
+_KEYS_VIEW = "_checkpoint_keys"
 
 
 class SnapshotWriter:
     def __init__(self, cursor: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection],
                  engine_dir: Path | None,
                  applied_offset: int, engine_digest: str | None = None,
-                 rows_total: int | None = None, engine_capture: Any = None) -> None:
+                 rows_total: int | None = None, engine_capture: Any = None,
+                 changes: Changes | None = None) -> None:
         self._cursor: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection] | None = \
             cursor
         self._engine_dir = engine_dir
@@ -51,18 +56,67 @@ class SnapshotWriter:
         self._applied = applied_offset
         self._engine_digest = engine_digest
         self._rows_total = rows_total
+        self._changes = changes
+
+    @property
+    def delta_base(self) -> int | None:
+        """The offset a delta of this capture is relative to (None: only a full one)."""
+        return None if self._changes is None else self._changes.since
 
     def write(self, directory: Path) -> None:
+        """Dump every table whole (a full checkpoint)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         cursor = self._view()
         for name, (_, key) in schema.TABLES.items():
-            target = str(directory / f"{name}.parquet").replace("'", "''")
             rows = f"SELECT * FROM {name}" + (f" ORDER BY {key}" if DUMP_SORTED else "")
-            cursor.execute(
-                f"COPY ({rows}) TO '{target}' (FORMAT parquet, {DUMP_COMPRESSION})")
+            _copy(cursor, rows, directory / f"{name}.parquet")
         self._write_engine(directory / "metrics")
         (directory / "state.json").write_text(json.dumps({"applied_offset": self._applied}))
+
+    def write_delta(self, directory: Path) -> None:
+        """Dump what changed since ``delta_base``: per hot table, the current rows of the keys
+        changed (from the captured view) and those keys (``keys-<column>.parquet``: restore
+        deletes every row of them, then inserts the rows); the small tables whole; the
+        engine's files whole (``immutable`` names those an earlier checkpoint may hold)."""
+        if self._changes is None:
+            raise InvariantViolation("no changed keys kept: only a full checkpoint")
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        cursor = self._view()
+        tables: dict[str, dict[str, str]] = {}
+        for column, keys in self._changes.keys.items():
+            keys_file = f"keys-{column}.parquet"
+            pq.write_table(pa.table({"k": pa.array(sorted(keys), type=pa.string())}),
+                           directory / keys_file, compression="zstd")
+            cursor.register(_KEYS_VIEW, pa.table({"k": pa.array(list(keys), type=pa.string())}))
+            try:
+                for name, key in TABLE_KEYS.items():
+                    if key != column:
+                        continue
+                    _copy(cursor, f"SELECT * FROM {name} WHERE {key} IN "
+                                  f"(SELECT k FROM {_KEYS_VIEW})", directory / f"{name}.parquet")
+                    tables[name] = {"key": key, "keys": keys_file}
+            finally:
+                cursor.unregister(_KEYS_VIEW)
+        for name in schema.TABLES:
+            if name not in TABLE_KEYS:
+                _copy(cursor, f"SELECT * FROM {name}", directory / f"{name}.parquet")
+        self._write_engine(directory / "metrics")
+        (directory / "state.json").write_text(json.dumps(
+            {"applied_offset": self._applied, "base": self._changes.since, "tables": tables}))
+
+    @staticmethod
+    def immutable(directory: Path) -> list[str]:
+        """The files of a written snapshot that never change once made (paths relative to
+        ``directory``): every reservoir segment of a stream but its newest, which the engine
+        still appends to (a segment rolls at ``SEGMENT_BYTES_MAX``; trims delete whole
+        files). A checkpoint may name such a file from an earlier one of its chain."""
+        found = []
+        for stream in sorted((Path(directory) / "metrics" / "reservoir").glob("*")):
+            segments = sorted(stream.glob("seg-*.rfs"))
+            found += [p.relative_to(directory).as_posix() for p in segments[:-1]]
+        return found
 
     def _write_engine(self, moved: Path) -> None:
         if self._engine_capture is not None:
@@ -127,6 +181,11 @@ class SnapshotWriter:
         return self._cursor
 
 
+def _copy(cursor: duckdb.DuckDBPyConnection, rows: str, target: Path) -> None:
+    path = str(target).replace("'", "''")
+    cursor.execute(f"COPY ({rows}) TO '{path}' (FORMAT parquet, {DUMP_COMPRESSION})")
+
+
 def open_view(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     """A cursor in a transaction whose MVCC view is pinned at the tables as they are now."""
     cursor = con.cursor()
@@ -136,10 +195,12 @@ def open_view(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 
 
 def capture(view: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection], engine: Any,
-            applied_offset: int, rows_total: int | None = None) -> SnapshotWriter:
+            applied_offset: int, rows_total: int | None = None,
+            changes: Changes | None = None) -> SnapshotWriter:
     """``view``: a connection (its view is opened now) or the future of a view opened by
     ``open_view``; ``rows_total``: the digest's sum of row hashes at ``applied_offset``, as
-    apply kept it (None: the writer's ``digest`` scans the view)."""
+    apply kept it (None: the writer's ``digest`` scans the view); ``changes``: the keys
+    changed since an earlier capture, cut where ``view`` was queued (None: full only)."""
     cursor = view if isinstance(view, Future) else open_view(view)
     engine_dir, engine_digest, engine_capture = None, None, None
     if hasattr(engine, "capture") and ENGINE_CAPTURE:
@@ -150,24 +211,59 @@ def capture(view: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection],
     elif hasattr(engine, "digest"):  # nothing to rebuild it from later: hash it now
         engine_digest = engine.digest()
     return SnapshotWriter(cursor, engine_dir, applied_offset, engine_digest, rows_total,
-                          engine_capture)
+                          engine_capture, changes)
 
 
 def restore(con: duckdb.DuckDBPyConnection, engine: Any, directory: Path) -> int:
-    meta = json.loads((directory / "state.json").read_text())
+    """Restore one full snapshot; the offset it was taken at."""
+    return restore_chain(con, engine, [Path(directory)])
+
+
+def restore_chain(con: duckdb.DuckDBPyConnection, engine: Any, directories: list[Path]) -> int:
+    """Restore a full snapshot and the deltas after it, oldest first (each one's ``base`` the
+    offset of the one before), in one transaction; the engine from the last (every snapshot
+    holds the engine whole). Returns the last one's offset."""
+    metas = [json.loads((Path(d) / "state.json").read_text()) for d in directories]
+    if not metas or "base" in metas[0]:
+        raise InvariantViolation(f"a chain starts with a full snapshot: {directories[:1]}")
+    for before, meta, d in zip(metas, metas[1:], directories[1:], strict=False):
+        if meta.get("base") != before["applied_offset"]:
+            raise InvariantViolation(
+                f"delta {d} is based on {meta.get('base')}, not {before['applied_offset']}")
     con.execute("BEGIN TRANSACTION")
+    try:
+        for directory, meta in zip(directories, metas, strict=True):
+            _restore_one(con, Path(directory), meta.get("tables", {}))
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    con.execute("COMMIT")
+    last = Path(directories[-1])
+    if (last / "metrics").exists() and hasattr(engine, "restore"):
+        engine.restore(last / "metrics")
+    return int(metas[-1]["applied_offset"])
+
+
+def _restore_one(con: duckdb.DuckDBPyConnection, directory: Path,
+                 delta: dict[str, dict[str, str]]) -> None:
+    """Tables named in ``delta``: delete the rows of its keys, insert its rows; the others:
+    replace every row."""
     for name in schema.TABLES:
         part = directory / f"{name}.parquet"
         if not part.exists():
-            con.execute("ROLLBACK")
             raise InvariantViolation(f"snapshot {directory} lacks {part.name}")
-        con.execute(f"DELETE FROM {name}")
-        path = str(part).replace("'", "''")
-        con.execute(f"INSERT INTO {name} SELECT * FROM read_parquet('{path}')")
-    con.execute("COMMIT")
-    if (directory / "metrics").exists() and hasattr(engine, "restore"):
-        engine.restore(directory / "metrics")
-    return int(meta["applied_offset"])
+        of = delta.get(name)
+        if of is None:
+            con.execute(f"DELETE FROM {name}")
+        else:
+            keys = _quoted(directory / of["keys"])
+            con.execute(f"DELETE FROM {name} WHERE {of['key']} IN "
+                        f"(SELECT k FROM read_parquet('{keys}'))")
+        con.execute(f"INSERT INTO {name} SELECT * FROM read_parquet('{_quoted(part)}')")
+
+
+def _quoted(path: Path) -> str:
+    return str(path).replace("'", "''")
 
 
 def digest(con: duckdb.DuckDBPyConnection, engine: Any) -> str:

@@ -1,0 +1,110 @@
+"""Chains of delta checkpoints: the base a new delta goes on, what a restore reads, what
+retention keeps.
+
+A delta checkpoint (manifest format 2, ``Manifest.chain``) holds only what changed since its
+base, the checkpoint at ``chain[-1]``; ``chain[0]`` is a full checkpoint and the rest are the
+deltas between, so restoring it means the full one, then each delta in order, then it.
+
+- ``plan``: a node writes a delta on base B only if the store holds a valid checkpoint at B
+  whose chain is whole (every node captures at the same offsets, so any node's checkpoint at
+  B is an equal base; when this node knows its own digest at B, B's must equal it), and B's
+  chain holds fewer than ``full_every`` deltas; otherwise a full one. After ``full_every``
+  deltas a full checkpoint bounds the restore (one full and at most ``full_every`` deltas to
+  read) and the chain retention must keep.
+- ``resolve``: the manifests of a checkpoint's chain, oldest first, each checked to be the
+  chain the next one names (B's own chain plus B).
+- ``reusable``: the parts of the base that a new delta may name instead of uploading again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from checkpoints.errors import CorruptCheckpoint
+from checkpoints.manifest import Manifest, Part
+from checkpoints.read import read_manifest
+from checkpoints.stores import CheckpointStore
+
+# Deltas between two full checkpoints. At a checkpoint every 20 s (1,000 entries/s), a full
+# one every 10 minutes: its O(state) dump (~13 s of CPU with an hour of runs held, NOISY) is
+# spread over 31 writes, and a restore reads one full checkpoint and at most 30 deltas of
+# 20,000 entries each (a few MB each), which costs less than replaying 600,000 entries.
+FULL_EVERY_DELTAS = 30
+
+
+def plan(
+    store: CheckpointStore,
+    base: int | None,
+    *,
+    key: bytes | None = None,
+    full_every: int = FULL_EVERY_DELTAS,
+    base_digest: str | None = None,
+) -> tuple[tuple[int, ...], Manifest | None]:
+    """The chain of a delta on ``base`` and the base's manifest, or ``((), None)``: write a
+    full checkpoint (no base, none valid in the store, a digest other than ours, a broken
+    chain, or ``full_every`` deltas already)."""
+    if base is None or full_every < 1:
+        return (), None
+    try:
+        manifest = read_manifest(store, base, key)
+        resolve(store, manifest, key)
+    except CorruptCheckpoint:
+        return (), None
+    if base_digest is not None and manifest.digest and manifest.digest != base_digest:
+        return (), None
+    chain = (*manifest.chain, base)
+    if len(chain) > full_every:  # the base is already the full_every-th delta
+        return (), None
+    return chain, manifest
+
+
+def resolve(
+    store: CheckpointStore,
+    manifest: Manifest,
+    key: bytes | None = None,
+    cache: dict[int, Manifest] | None = None,
+) -> list[Manifest]:
+    """The manifests to restore ``manifest``: its chain's, oldest first, then itself. Raises
+    ``CorruptCheckpoint`` naming the link when one is missing, damaged or not this chain's."""
+    cache = {} if cache is None else cache
+    found: list[Manifest] = []
+    for at, offset in enumerate(manifest.chain):
+        link = cache.get(offset)
+        if link is None:
+            try:
+                link = cache[offset] = read_manifest(store, offset, key)
+            except CorruptCheckpoint as exc:
+                raise CorruptCheckpoint(
+                    f"delta {manifest.offset} needs checkpoint {offset}, which is unusable: {exc}"
+                ) from None
+        if link.chain != manifest.chain[:at]:
+            raise CorruptCheckpoint(
+                f"delta {manifest.offset} needs checkpoint {offset} on chain "
+                f"{list(manifest.chain[:at])}, but it is on {list(link.chain)}"
+            )
+        found.append(link)
+    return [*found, manifest]
+
+
+def reusable(base: Manifest, immutable: Iterable[str]) -> dict[str, Part]:
+    """The parts of ``base`` (its own or those it names in turn) holding files a new delta
+    has at the same relative path, of those ``immutable`` names (files that never change once
+    made): relative path -> the part, its ``folder`` set."""
+    by_rel = {_relative(p.path): p for p in base.parts}
+    out = {}
+    for rel in immutable:
+        part = by_rel.get(rel)
+        if part is not None:
+            out[rel] = Part(part.path, part.size, part.sha256,
+                            base.offset if part.folder is None else part.folder)
+    return out
+
+
+def needed(manifests: Iterable[Manifest]) -> set[int]:
+    """Every offset the chains of ``manifests`` need."""
+    return {offset for m in manifests for offset in m.chain}
+
+
+def _relative(part_path: str) -> str:
+    """A part's path as the state machine wrote it (without the ``parts-<token>/`` folder)."""
+    return part_path.split("/", 1)[1] if "/" in part_path else part_path
