@@ -11,8 +11,8 @@ deltas between, so restoring it means the full one, then each delta in order, th
   chain holds fewer than ``full_every`` deltas; otherwise a full one. After ``full_every``
   deltas a full checkpoint bounds the restore (one full and at most ``full_every`` deltas to
   read) and the chain retention must keep.
-- ``resolve``: the manifests of a checkpoint's chain, oldest first, each checked to be the
-  chain the next one names (B's own chain plus B).
+- ``resolve``: the manifests of a checkpoint's chain, oldest first, following each base as
+  the store holds it now.
 - ``reusable``: the parts of the base that a new delta may name instead of uploading again.
 """
 
@@ -30,6 +30,7 @@ from checkpoints.stores import CheckpointStore
 # spread over 31 writes, and a restore reads one full checkpoint and at most 30 deltas of
 # 20,000 entries each (a few MB each), which costs less than replaying 600,000 entries.
 FULL_EVERY_DELTAS = 30
+CHAIN_MAX = 1000  # links a restore follows at most (``full_every`` is at most this)
 
 
 def plan(
@@ -47,12 +48,12 @@ def plan(
         return (), None
     try:
         manifest = read_manifest(store, base, key)
-        resolve(store, manifest, key)
+        links = resolve(store, manifest, key)
     except CorruptCheckpoint:
         return (), None
     if base_digest is not None and manifest.digest and manifest.digest != base_digest:
         return (), None
-    chain = (*manifest.chain, base)
+    chain = tuple(m.offset for m in links)
     if len(chain) > full_every:  # the base is already the full_every-th delta
         return (), None
     return chain, manifest
@@ -64,45 +65,51 @@ def resolve(
     key: bytes | None = None,
     cache: dict[int, Manifest] | None = None,
 ) -> list[Manifest]:
-    """The manifests to restore ``manifest``: its chain's, oldest first, then itself. Raises
-    ``CorruptCheckpoint`` naming the link when one is missing, damaged or not this chain's."""
+    """The manifests to restore ``manifest``: its base's, recursively (the full one first),
+    then itself. Bases are followed as the store holds them now: any valid checkpoint at an
+    offset holds the same state (all nodes capture at the same offsets), so a base another
+    node wrote again, even as a full one, serves alike. Raises ``CorruptCheckpoint`` naming
+    the link when one is missing or damaged."""
     cache = {} if cache is None else cache
-    found: list[Manifest] = []
-    for at, offset in enumerate(manifest.chain):
-        link = cache.get(offset)
+    found = [manifest]
+    while found[-1].chain:
+        if len(found) > CHAIN_MAX:
+            raise CorruptCheckpoint(f"delta {manifest.offset} has a chain over {CHAIN_MAX} long")
+        base = found[-1].chain[-1]
+        link = cache.get(base)
         if link is None:
             try:
-                link = cache[offset] = read_manifest(store, offset, key)
+                link = cache[base] = read_manifest(store, base, key)
             except CorruptCheckpoint as exc:
                 raise CorruptCheckpoint(
-                    f"delta {manifest.offset} needs checkpoint {offset}, which is unusable: {exc}"
+                    f"delta {manifest.offset} needs checkpoint {base}, which is unusable: {exc}"
                 ) from None
-        if link.chain != manifest.chain[:at]:
-            raise CorruptCheckpoint(
-                f"delta {manifest.offset} needs checkpoint {offset} on chain "
-                f"{list(manifest.chain[:at])}, but it is on {list(link.chain)}"
-            )
         found.append(link)
-    return [*found, manifest]
+    return found[::-1]
 
 
-def reusable(base: Manifest, immutable: Iterable[str]) -> dict[str, Part]:
-    """The parts of ``base`` (its own or those it names in turn) holding files a new delta
-    has at the same relative path, of those ``immutable`` names (files that never change once
-    made): relative path -> the part, its ``folder`` set."""
+def reusable(base: Manifest, immutable: Iterable[str], chain: tuple[int, ...]) -> dict[str, Part]:
+    """The parts of ``base`` (its own or those it names in turn, in a folder of the new
+    delta's ``chain``) holding files the delta has at the same relative path, of those
+    ``immutable`` names (files that never change once made): relative path -> the part, its
+    ``folder`` set."""
     by_rel = {_relative(p.path): p for p in base.parts}
     out = {}
     for rel in immutable:
         part = by_rel.get(rel)
-        if part is not None:
-            out[rel] = Part(part.path, part.size, part.sha256,
-                            base.offset if part.folder is None else part.folder)
+        if part is None:
+            continue
+        folder = base.offset if part.folder is None else part.folder
+        if folder in chain:
+            out[rel] = Part(part.path, part.size, part.sha256, folder)
     return out
 
 
 def needed(manifests: Iterable[Manifest]) -> set[int]:
-    """Every offset the chains of ``manifests`` need."""
-    return {offset for m in manifests for offset in m.chain}
+    """Every offset the chains of ``manifests`` name as written (which hold the folders of
+    every part they reference: ``Manifest.from_bytes`` checks it); ``resolve`` of each gives
+    the chains as the store holds them now."""
+    return {o for m in manifests for o in m.chain}
 
 
 def _relative(part_path: str) -> str:

@@ -258,7 +258,7 @@ class Checkpointer:
                 writer_node=self.node_id,
                 key=self.key,
                 chain=links,
-                reuse=chain.reusable(base, writer.immutable(scratch)) if base else None,
+                reuse=chain.reusable(base, writer.immutable(scratch), links) if base else None,
             )
             prune(self.store, self.retain)
             self.stats.taken += 1

@@ -6,9 +6,9 @@ Folders without a manifest are deleted only when older than the newest valid che
 (newer ones may still be uploading). "Valid" here means the manifest reads and self-checks and,
 for a delta, so does every manifest of its chain (``checkpoints.chain.resolve``): a delta whose
 base is gone does not count among the N. The full checkpoint and the deltas a kept delta is
-built on are kept however old (never a base a kept delta needs); so are the files they hold
-that a kept delta names. Parts are not downloaded, so keep ``retain >= 2`` to have a fallback
-when a part is damaged.
+built on are kept however old (never a base a kept delta needs): its chain as the store holds
+it now, and the chain its manifest names (which holds every folder of a part it references). Parts
+are not downloaded, so keep ``retain >= 2`` to have a fallback when a part is damaged.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ def prune(store: CheckpointStore, retain: int) -> list[int]:
         raise ValueError(f"retain must be in 1..{RETAIN_MAX}, got {retain}")
     offsets = list_offsets(store)
     kept: list[Manifest] = []
+    links: list[Manifest] = []  # the kept ones' chains, as the store holds them now
     doomed: list[int] = []
     cache: dict[int, Manifest] = {}
     for offset in offsets:
@@ -42,7 +43,7 @@ def prune(store: CheckpointStore, retain: int) -> list[int]:
             continue
         try:
             manifest = cache.get(offset) or read_manifest(store, offset)  # must self-check
-            resolve(store, manifest, cache=cache)  # and so must its chain's
+            links += resolve(store, manifest, cache=cache)  # and so must its chain's
         except CorruptCheckpoint:
             if kept:  # older than a valid checkpoint: a leftover, not an upload in progress
                 doomed.append(offset)
@@ -50,7 +51,7 @@ def prune(store: CheckpointStore, retain: int) -> list[int]:
         kept.append(manifest)
     if doomed and not kept:
         raise InvariantViolation("prune would delete checkpoints while keeping none valid")
-    bases = needed(kept)
+    bases = {m.offset for m in links} | needed(links)
     doomed = [o for o in doomed if o not in bases]
     for offset in doomed:
         store.delete_file(manifest_key(offset))

@@ -17,6 +17,7 @@ from checkpoints import (
     prune,
     read_manifest,
     restore_newest,
+    upload_checkpoint,
 )
 from checkpoints.layout import folder_name, manifest_key
 from checkpoints.manifest import FORMAT, FORMAT_DELTA
@@ -99,6 +100,37 @@ def test_a_referenced_part_is_checked_like_its_own(store, tmp_path, caplog) -> N
     with caplog.at_level(logging.WARNING):
         assert restore_newest(store, DeltaBlobStateMachine()).offset == 10  # 30 and 20 hold it
     assert "seg/2 sha256" in caplog.text
+
+
+def test_a_base_written_again_as_a_full_one_serves_alike(store, tmp_path) -> None:
+    """Another node wrote the offset 20 again, as a full checkpoint (the last manifest wins):
+    the delta at 30 applies on it, retention keeps 10 (30 names its segment there), and the
+    next delta's chain is the one the store holds now."""
+    sm, _ = three(store, tmp_path)
+    twin = DeltaBlobStateMachine()
+    twin.set(8, "seg/1", b"s" * 5000)
+    twin.set(9, "runs/a", b"a0")
+    twin.set(10, "runs/b", b"b0")
+    twin.set(15, "runs/a", b"a1")
+    twin.set(20, "seg/2", b"t" * 5000)
+    twin.snapshot().write(tmp_path / "twin")
+    upload_checkpoint(store, tmp_path / "twin", offset=20, writer_id=1, digest=twin.digest(),
+                      created_at_ms=0)
+    assert read_manifest(store, 20).chain == ()
+    restored = DeltaBlobStateMachine()
+    assert restore_newest(store, restored).offset == 30 and restored.blobs == sm.blobs
+    assert prune(store, 1) == []  # 30 names seg/1 in folder 10
+    cp = chain_of(store, tmp_path, sm)
+    try:
+        sm.set(40, "runs/d", b"d")
+        m = write(cp, sm)
+    finally:
+        cp.close()
+    assert m.chain == (20, 30)
+    assert {p.folder for p in m.parts if "seg/" in p.path} == {None, 20}  # seg/1 uploaded
+    restored = DeltaBlobStateMachine()
+    assert restore_newest(store, restored).offset == 40 and restored.blobs == sm.blobs
+    assert prune(store, 1) == []  # 40 needs 30, which names seg/1 in 10
 
 
 def test_a_broken_chain_or_the_kth_delta_makes_a_full_one(store, tmp_path) -> None:
