@@ -1448,7 +1448,10 @@ impl StreamCore {
                     if again {
                         self.reused += 1;
                         // The previous output's values, pushed again (its columns are m back).
-                        for j in 0..m {
+                        // Arrow columns are all `Arrow`: their cells are copied below, and
+                        // the columns themselves not touched (at 240 columns, reading each
+                        // one's tag every row was a cache miss per column).
+                        for j in (0..m).filter(|_| !arrow) {
                             if let OutCol::Obj(p) = &out_cols[c + j - m] {
                                 let v = p.last().expect("the previous output's value").clone_ref(py);
                                 if let OutCol::Obj(col) = &mut out_cols[c + j] {
