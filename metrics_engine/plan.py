@@ -157,6 +157,29 @@ def field_kind(col: tuple) -> str | None:
     return None if col[0] == "n" else col[0]
 
 
+# Struct types of exported batches by the export's `schema_key` (a hash of the column names
+# and formats): (key, the batch's struct type, its column names). Imported once per process,
+# not once per engine: 405 fields cost ~0.5 ms of Python to import (W2's quick run makes an
+# engine per 1,000 events). A few plans per process; bounded all the same.
+_STRUCT_TYPES: dict[int, tuple] = {}
+_STRUCT_TYPES_MAX = 64
+
+
+def _struct_type(key: int, schema_address: int) -> tuple:
+    """(key, struct type, names) of an export's schema (``Exported.addresses()[1]``), which
+    is imported (and so released) only if no export of the same key was."""
+    import pyarrow as pa
+
+    known = _STRUCT_TYPES.get(key)
+    if known is None:
+        t = pa.DataType._import_from_c(schema_address)
+        known = (key, t, t.names)
+        if len(_STRUCT_TYPES) >= _STRUCT_TYPES_MAX:
+            _STRUCT_TYPES.clear()
+        _STRUCT_TYPES[key] = known
+    return known
+
+
 def _arrow_column(v: tuple, rows: int) -> Any:
     """A column of ``rows`` values the core handed back as buffers (``OutCol::into_py`` in
     outcols.rs): ``("f8" | "i8", values, validity, nulls)``, ``("b", value bits, validity,
@@ -438,7 +461,7 @@ class StreamPlan:
         self.value_funcs: list[tuple[str, str, str | None]] = []  # (metric, function, field)
         self.field_kinds: dict[str, str] = {}  # each field's kind in the last batch typing it
         self._kinds_memo: tuple = (None, None, {})  # value_kinds' last (funcs, fields, answer)
-        # The last batch's Arrow schema: (export's schema_key, its struct type, its names).
+        # The last batch's Arrow type: (export's schema_key, its struct type, names).
         self.arrow_schema: tuple | None = None
         self._next_cid = 0
 
@@ -700,19 +723,17 @@ class Plan:
             out, misfits = sp.core.ingest_arrays(list(columns), cols, ts_bytes, kinds)
             rows = len(ts_bytes) // 8
             if not isinstance(out, dict):
-                # All the columns as one record batch (the native core's buffers, no copy).
-                # The schema (240 fields for W1's misaligned windows) is imported once per
-                # names and formats, by the export's hash of them; then only the arrays, as
-                # one struct array whose children are the columns: a record batch's
-                # `columns` wraps a schema field per column besides the array, which was
-                # most of a call's fixed cost at 240 columns.
+                # All the columns as one record batch (the native core's buffers, no copy),
+                # imported as one struct array whose children are the columns and split by
+                # `flatten` (a record batch's `columns` wraps a schema field per column
+                # besides the array). Its struct type is imported once per process per names
+                # and formats (`_struct_type`), then only the arrays.
                 key, arrays = out.schema_key(), out.addresses()[0]
                 known = sp.arrow_schema
                 if known is None or known[0] != key:
-                    schema = pa.Schema._import_from_c(out.addresses()[1])
-                    known = sp.arrow_schema = (key, pa.struct(list(schema)), schema.names)
-                struct = pa.Array._import_from_c(arrays, known[1])
-                return dict(zip(known[2], struct.flatten(), strict=True))
+                    known = sp.arrow_schema = _struct_type(key, out.addresses()[1])
+                flat = pa.Array._import_from_c(arrays, known[1]).flatten()
+                return dict(zip(known[2], flat, strict=True))
             if misfits:
                 values = {n: v if isinstance(v, list) else _arrow_column(v, rows).to_pylist()
                           for n, v in out.items()}

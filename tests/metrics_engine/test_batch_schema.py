@@ -2,7 +2,8 @@
 and then only the arrays (plan.py, by the export's ``schema_key``): the columns keep the
 names, types and values of their own batch (those of the lists ``ingest_many`` gives without
 ``arrow``) when a field changes type between batches and when the plan gains or loses a
-metric."""
+metric; and across engines, whose batches of the same names and types share one import
+while another plan of the same names gets its own types."""
 
 from __future__ import annotations
 
@@ -50,3 +51,26 @@ def test_columns_keep_their_batchs_names_types_and_values(tmp_path):
     both(7, floats, {"n": pa.int64(), "total": pa.float64()})
     for e in (cols, lists):
         e.close()
+
+
+def test_engines_share_an_import_per_names_and_types(tmp_path):
+    text = "SELECT COUNT(*) AS n, MIN(amount) AS lo FROM p GROUP BY card RANGE 2 SECONDS"
+    ints = np.array([5, 7, 1, 4], dtype=np.int64)
+    floats = np.array([0.5, 2.5, 1.5, 3.5])
+    seen = []
+    # Fresh engines one after the other, as a benchmark's repeats make them: the same
+    # names with int, then float, then int amounts again.
+    for i, (amounts, lo) in enumerate([(ints, pa.int64()), (floats, pa.float64()),
+                                       (ints, pa.int64())]):
+        eng, lists = Engine(tmp_path / f"e{i}", **OPTS), Engine(tmp_path / f"l{i}", **OPTS)
+        for e in (eng, lists):
+            e.define(text)
+        got = eng.ingest_many("p", *_batch(0, amounts), arrow=True)
+        want = lists.ingest_many("p", *_batch(0, amounts))
+        assert {k: v.to_pylist() for k, v in got.items()} == want
+        assert {k: v.type for k, v in got.items()} == {"n": pa.int64(), "lo": lo}
+        seen.append(eng._plan.streams["p"].arrow_schema)
+        eng.close()
+        lists.close()
+    assert seen[0] is seen[2]  # the same names and types: imported once
+    assert seen[1][1] != seen[0][1]
