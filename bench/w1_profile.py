@@ -28,9 +28,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.metrics_w1 import (BATCH_EVENTS, CACHE_ENTRIES, DATA, MISALIGNED_BATCH, Q1, Q2,  # noqa: E402
-                              CpuSplit, ensure_data, misaligned_queries, misaligned_warm_ms,
-                              warm_cut)
+from bench.metrics_w1 import (  # noqa: E402
+    BATCH_EVENTS,
+    CACHE_ENTRIES,
+    DATA,
+    MISALIGNED_BATCH,
+    Q1,
+    Q2,
+    CpuSplit,
+    ensure_data,
+    misaligned_queries,
+    misaligned_warm_ms,
+    warm_cut,
+)
 
 
 def _perf(cmd: str) -> None:
