@@ -3,7 +3,8 @@
 A checkpoint is a folder ``<prefix>/<log_offset>/`` (offset zero-padded to 20 digits) holding
 the parts a state machine's snapshot wrote plus a ``MANIFEST.json`` written last (offset,
 writer id, time, state digest, each part's size and sha256); a folder without a valid manifest
-is not a checkpoint.
+is not a checkpoint. A checkpoint is full, or a delta on an earlier one (``checkpoints.chain``:
+only what changed since; a restore reads the full one and each delta after it).
 
 What the caller does:
 - build a store with ``store_from_url("file:///..." | "s3://bucket/prefix?endpoint=..." |

@@ -172,7 +172,8 @@ class RowBuffer:
         # pyarrow's first conversion imports pandas (~0.5 s holding the GIL): now, at the
         # node's start, not in its first flush while orders arrive
         pa.array([""], type=pa.string())
-        # The keys changed since the last capture (apply thread only: ``runner.state.changes``)
+        # The keys of the rows written since the last capture (``runner.state.changes``):
+        # the flusher's own, added as it writes each generation, cut by a ``when_landed`` work
         self._changes: changes.Changes | None = changes.Changes(since=None)
         self._thread = threading.Thread(target=self._flusher, name="duckdb-flush", daemon=True)
         self._thread.start()
@@ -182,8 +183,6 @@ class RowBuffer:
         """Add the rows of one applied entry (built apart, so a rejected entry adds none);
         ``runs_are_new``: its run rows and decisions are of runs no earlier entry staged.
         Under the lock: a reader's ``sync`` hands off whole entries only."""
-        if self._changes is not None and not changes.absorb(self._changes, stage):
-            self._changes = None  # too many to be worth a delta: the next checkpoint is full
         with self._lock:  # most of a stage is empty: only what it holds is touched
             gen = self.current
             if stage.runs:
@@ -255,17 +254,23 @@ class RowBuffer:
         self._markers.append(marker.result)
         return marker.result
 
-    def cut_changes(self, offset: int) -> changes.Changes | None:
-        """The keys changed since the previous cut (None when unknown); a new set starts,
-        relative to ``offset``. Apply thread, next to ``when_landed`` of the capture's view:
-        the set then holds exactly the entries that view holds since the cut before."""
-        cut = self._changes
-        self._changes = changes.Changes(since=offset)
-        return cut if cut is not None and cut.since is not None else None
+    def cut_changes(self, offset: int) -> Future[changes.Changes | None]:
+        """The keys of the rows written since the previous cut (None when unknown), once
+        every row absorbed so far is in DuckDB; a new set starts then, relative to
+        ``offset``. Apply thread, right after ``when_landed`` of a capture's view: the set
+        holds exactly the entries that view holds since the cut before (the flusher runs the
+        two works one after the other, between the same generations)."""
+        def cut() -> changes.Changes | None:
+            done, self._changes = self._changes, changes.Changes(since=offset)
+            return done if done is not None and done.since is not None else None
+        return self.when_landed(cut)
 
     def reset_changes(self, since: int | None) -> None:
-        """Start the set afresh, relative to ``since`` (a restore's offset; apply thread)."""
-        self._changes = changes.Changes(since=since)
+        """Start the set afresh, relative to ``since`` (a restore's offset; apply thread);
+        returns once the flusher did."""
+        def reset() -> None:
+            self._changes = changes.Changes(since=since)
+        self.when_landed(reset).result()
 
     # ---------------------------------------------------------------- any thread
     def sync(self) -> None:
@@ -369,6 +374,8 @@ class RowBuffer:
                     self._fail_markers(f"flushing to DuckDB failed: {exc}")
                     self._landed.notify_all()
                 return
+            if self._changes is not None and not changes.absorb(self._changes, gen):
+                self._changes = None  # too many to be worth a delta: the next one is full
             with self._landed:  # only now may readers stop finding the rows here
                 self._in_flight = [g for g in self._in_flight if g is not gen]
                 self._landed.notify_all()

@@ -1,11 +1,12 @@
 """The keys of the hot tables changed since the previous capture: what a delta checkpoint dumps.
 
-The row buffer adds, as it absorbs each applied entry (apply thread), the key of every row it
-upserts or deletes: a run id for a run's rows (``runs``, ``steps``, ``app_tasks``,
+The row buffer's flusher adds, as it writes each generation to DuckDB, the key of every row the
+generation upserts or deletes: a run id for a run's rows (``runs``, ``steps``, ``app_tasks``,
 ``decisions``: a run's rows are dumped and restored together), an event id for ``events_seen``
-and an effect id for ``outbox``. A capture cuts the set (``RowBuffer.cut_changes``) on the apply
-thread right where it queues its view (``when_landed``), so the set holds exactly the entries
-the view holds since the capture before. The small tables written by the other entries
+and an effect id for ``outbox`` (off the apply thread; a generation holds each run once
+however often its entries changed it). A capture cuts the set (``RowBuffer.cut_changes``) in a
+work the flusher runs right after the one opening its view (``when_landed``), so the set holds
+exactly the rows that view holds changed since the capture before. The small tables written by the other entries
 (workflows, metric definitions) are not tracked: a delta dumps them whole.
 
 ``since`` is the offset the set is relative to: the previous capture, or the offset a restore
@@ -40,7 +41,7 @@ class Changes:
 
 
 def absorb(changes: Changes, stage: Any) -> bool:
-    """Add the keys of the rows one applied entry's ``stage`` (``buffer.Stage``) writes;
+    """Add the keys of the rows a generation (or an entry's stage: ``buffer.Stage``) writes;
     False once the set holds more than ``KEYS_MAX`` keys of a kind (drop it then)."""
     runs = changes.keys["run_id"]
     if stage.runs:

@@ -326,7 +326,7 @@ class RunnerStateMachine:
         engine's state in memory now (``Engine.capture``; its files made on other threads),
         the tables' view once the flusher wrote every pending generation."""
         view = self._buffer.when_landed(lambda: snapshot.open_view(self.con))
-        # cut where the view was queued: the keys changed exactly by the entries it holds
+        # cut by the flusher right after it opened the view: the keys of the entries it holds
         changes = self._buffer.cut_changes(self._applied)
         return snapshot.capture(view, self.engine, self._applied, self._rows_total, changes)
 

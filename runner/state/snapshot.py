@@ -4,12 +4,21 @@
 memory; the engine's writer thread links its segments, ``Engine.capture``: no file operation on
 the apply thread) and the DuckDB view (a cursor in a transaction: MVCC keeps it while apply
 continues), or a future of it that the row buffer's flusher opens once the rows applied before
-the capture landed (``RowBuffer.when_landed``). On a background thread,
-``SnapshotWriter.write(dir)`` dumps each table to Parquet and writes the engine's files in,
-``digest()`` combines the sum of row hashes apply kept at the capture (``runner.state.digest``:
-no table is read) with the engine's digest, and ``close()`` releases the view.
+the capture landed (``RowBuffer.when_landed``), and the keys of the hot tables changed since
+the previous capture (``runner.state.changes``: the flusher adds the keys of each generation
+it writes and cuts the set right after it opened the view, so they are exactly those of the
+entries the view holds since that capture). On a background thread,
+``SnapshotWriter.write(dir)`` dumps each table to Parquet and writes the engine's files in (a
+full snapshot); ``write_delta(dir)`` dumps, per hot table, only the view's rows of the changed
+keys and those keys, the small tables whole and the engine's files (a delta on the capture at
+``delta_base``; ``immutable(dir)`` names the engine's rolled segments, which a delta checkpoint
+may take from its base instead of uploading them). ``digest()`` combines the sum of row hashes
+apply kept at the capture (``runner.state.digest``: no table is read) with the engine's
+digest, and ``close()`` releases the view. ``restore_chain`` restores a full snapshot and the
+deltas after it in one transaction (a delta: delete every row of its keys, insert its rows).
 ``digest(con, engine)`` computes the same digest from the tables (a full scan: tests and tools).
-Parts: ``<table>.parquet``, ``metrics/``, ``state.json``.
+Parts: ``<table>.parquet``, ``metrics/``, ``state.json`` (a delta's also names its ``base`` and,
+per hot table, its key column and ``keys-<column>.parquet``).
 """
 
 from __future__ import annotations
@@ -47,7 +56,7 @@ class SnapshotWriter:
                  engine_dir: Path | None,
                  applied_offset: int, engine_digest: str | None = None,
                  rows_total: int | None = None, engine_capture: Any = None,
-                 changes: Changes | None = None) -> None:
+                 changes: Changes | Future[Changes | None] | None = None) -> None:
         self._cursor: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection] | None = \
             cursor
         self._engine_dir = engine_dir
@@ -60,8 +69,15 @@ class SnapshotWriter:
 
     @property
     def delta_base(self) -> int | None:
-        """The offset a delta of this capture is relative to (None: only a full one)."""
-        return None if self._changes is None else self._changes.since
+        """The offset a delta of this capture is relative to (None: only a full one); waits
+        for the flusher to have cut the changed keys."""
+        changed = self._changed()
+        return None if changed is None else changed.since
+
+    def _changed(self) -> Changes | None:
+        if isinstance(self._changes, Future):
+            self._changes = self._changes.result()
+        return self._changes
 
     def write(self, directory: Path) -> None:
         """Dump every table whole (a full checkpoint)."""
@@ -79,13 +95,14 @@ class SnapshotWriter:
         changed (from the captured view) and those keys (``keys-<column>.parquet``: restore
         deletes every row of them, then inserts the rows); the small tables whole; the
         engine's files whole (``immutable`` names those an earlier checkpoint may hold)."""
-        if self._changes is None:
+        changed = self._changed()
+        if changed is None:
             raise InvariantViolation("no changed keys kept: only a full checkpoint")
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         cursor = self._view()
         tables: dict[str, dict[str, str]] = {}
-        for column, keys in self._changes.keys.items():
+        for column, keys in changed.keys.items():
             keys_file = f"keys-{column}.parquet"
             pq.write_table(pa.table({"k": pa.array(sorted(keys), type=pa.string())}),
                            directory / keys_file, compression="zstd")
@@ -104,7 +121,7 @@ class SnapshotWriter:
                 _copy(cursor, f"SELECT * FROM {name}", directory / f"{name}.parquet")
         self._write_engine(directory / "metrics")
         (directory / "state.json").write_text(json.dumps(
-            {"applied_offset": self._applied, "base": self._changes.since, "tables": tables}))
+            {"applied_offset": self._applied, "base": changed.since, "tables": tables}))
 
     @staticmethod
     def immutable(directory: Path) -> list[str]:
@@ -196,11 +213,12 @@ def open_view(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
 
 def capture(view: duckdb.DuckDBPyConnection | Future[duckdb.DuckDBPyConnection], engine: Any,
             applied_offset: int, rows_total: int | None = None,
-            changes: Changes | None = None) -> SnapshotWriter:
+            changes: Changes | Future[Changes | None] | None = None) -> SnapshotWriter:
     """``view``: a connection (its view is opened now) or the future of a view opened by
     ``open_view``; ``rows_total``: the digest's sum of row hashes at ``applied_offset``, as
     apply kept it (None: the writer's ``digest`` scans the view); ``changes``: the keys
-    changed since an earlier capture, cut where ``view`` was queued (None: full only)."""
+    changed since an earlier capture (or its future), cut where ``view`` was opened (None:
+    full only)."""
     cursor = view if isinstance(view, Future) else open_view(view)
     engine_dir, engine_digest, engine_capture = None, None, None
     if hasattr(engine, "capture") and ENGINE_CAPTURE:

@@ -81,6 +81,9 @@ class Scenario:
                              ts=T0 + 5_001)
             self.confirm += stored(done)
             self.orders(30, 20, T0)
+            # a task claimed, its run's row unchanged
+            claim = {"run_id": self.waiting[0], "node_id": "review", "user": "bob"}
+            assert reply(log.apply(entries.REVIEW_CLAIMED, claim, ts=T0 + 8_000)).ok
             log.apply(entries.EFFECTS_DONE, {"stored": self.confirm[10:], "outbox": []},
                       ts=T0 + 9_000)
         else:  # two hours later: the stored finished runs leave, event ids expire
