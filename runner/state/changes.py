@@ -6,8 +6,8 @@ generation upserts or deletes: a run id for a run's rows (``runs``, ``steps``, `
 and an effect id for ``outbox`` (off the apply thread; a generation holds each run once
 however often its entries changed it). A capture cuts the set (``RowBuffer.cut_changes``) in a
 work the flusher runs right after the one opening its view (``when_landed``), so the set holds
-exactly the rows that view holds changed since the capture before. The small tables written by the other entries
-(workflows, metric definitions) are not tracked: a delta dumps them whole.
+exactly the rows that view holds changed since the capture before. The small tables written by
+the other entries (workflows, metric definitions) are not tracked: a delta dumps them whole.
 
 ``since`` is the offset the set is relative to: the previous capture, or the offset a restore
 brought the state to; None when unknown (a fresh state, or the set grew past ``KEYS_MAX``
