@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import shutil
+import threading
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -241,3 +242,36 @@ def test_a_corrupt_delta_part_is_named_and_the_base_restored(tmp_path, store, ca
     b.close()
     assert f"skipping checkpoint {delta.offset}" in caplog.text
     assert "runs.parquet sha256" in caplog.text
+
+
+def test_the_keys_are_cut_at_the_capture_while_the_flusher_lags(tmp_path, store):
+    """Orders applied after a capture but before the flusher reached it belong to the next
+    delta, not to this one."""
+    a = node(tmp_path, "a")
+    cp = checkpointer(store, a, tmp_path)
+    scenario = Scenario(Log(a))
+    try:
+        scenario.phase(1)
+        cp.checkpoint(a.applied_offset, 1)
+        cp.wait()
+        scenario.orders(30, 10, T0)
+        gate = threading.Event()
+        a._buffer.when_landed(lambda: gate.wait(60))  # the flusher waits behind these rows
+        cp.checkpoint(a.applied_offset, 1)  # its view and its cut queue behind the gate
+        at, digest = a.applied_offset, a.digest()
+        scenario.orders(40, 10, T0)  # absorbed while the flusher waits
+        gate.set()
+        assert cp.wait().chain and cp.stats.last_offset == at
+        cp.checkpoint(a.applied_offset, 1)
+        assert cp.wait().chain
+        b = node(tmp_path, "b")
+        assert restore_newest(store, b).offset == a.applied_offset
+        assert b.digest() == a.digest() and tables(b) == tables(a)
+        b.close()
+        c = node(tmp_path, "c")
+        store.delete_file(manifest_key(a.applied_offset))
+        assert restore_newest(store, c).offset == at and c.digest() == digest
+        c.close()
+    finally:
+        cp.close()
+        a.close()
