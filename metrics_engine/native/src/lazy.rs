@@ -241,6 +241,23 @@ impl LazySpace {
         n == k
     }
 
+    /// Ask the CPU for key `id`'s logged times (what `drop_passed` reads first); a hint only.
+    #[inline]
+    pub fn prefetch_log(&self, id: u32) {
+        let (p, base) = LazySpace::place(id);
+        if let Some(page) = self.at.get(p) {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a prefetch is a hint: it never faults and changes no memory; `base` is
+            // inside the page (`place`).
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    page.as_ptr().add(base).cast::<i8>());
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            let _ = (page, base);
+        }
+    }
+
     /// Log an event of key `id` at (`ts`, `pos`), its value of each column by `value`. The
     /// caller checked there is room (`len(id) < LOG_MAX`).
     pub fn push(&mut self, id: u32, ts: i64, pos: u64, value: impl Fn(Input) -> Val) {

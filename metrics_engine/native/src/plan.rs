@@ -226,7 +226,9 @@ struct Core {
     force_eager: bool,
     /// Per key space, whether the event being inserted is of an eager key there.
     eager_now: Vec<bool>,
-    sweep_ids: Vec<u32>,
+    /// Per key space, the ids its log sweep picked at the event before (`after_step`),
+    /// whose logs were asked of the CPU then.
+    sweep_ids: Vec<Vec<u32>>,
     steps: u64,
 }
 
@@ -625,17 +627,26 @@ impl Core {
         if self.steps % 8 == 0 {
             self.set_floors(heads);
         }
-        let mut ids = std::mem::take(&mut self.sweep_ids);
+        // The sweep reaches ids nobody touched lately, a cache miss each when read at once
+        // (W2: two per key space and event, most of `drop_passed`'s samples on one load).
+        // So it picks the ids at one event, asks the CPU for their logs, and drops their
+        // passed events at the next: dropping is right for whatever the id holds by then.
+        if self.sweep_ids.len() != self.logs.len() {
+            self.sweep_ids = vec![vec![]; self.logs.len()];
+        }
         for s in 0..self.logs.len() {
             let Some(ls) = self.logs[s].as_mut() else { continue };
-            ls.sweep_next(&mut ids);
-            for &id in &ids {
+            let ids = &mut self.sweep_ids[s];
+            for &id in ids.iter() {
                 if ls.drop_passed(id) {
                     self.spaces[s].release(id);
                 }
             }
+            ls.sweep_next(ids);
+            for &id in ids.iter() {
+                ls.prefetch_log(id);
+            }
         }
-        self.sweep_ids = ids;
     }
 
     fn set_floors(&mut self, heads: &[Cursor]) {
@@ -731,6 +742,7 @@ impl Core {
             }
         }
         self.logs = (0..self.spaces.len()).map(|_| None).collect();
+        self.sweep_ids.clear();
         let mut fams: Vec<(Option<usize>, Vec<Kind>, Vec<Input>)> = vec![];
         for (s, c) in cand.into_iter().enumerate() {
             let allocates = c.iter().any(|&(t, ..)| self.tables[t].kinds.iter().any(Kind::allocates));
