@@ -225,6 +225,20 @@ impl KeySpace {
         id
     }
 
+    /// Ask the CPU for the key slot of the id the `k`-th next new key will most likely
+    /// take (0: the next one): freed ids first, last freed first, then new ones at the end
+    /// (`intern_at`), as long as no key is freed meanwhile. A hint, for `find_ahead`.
+    pub fn prefetch_new(&self, k: usize) {
+        let id = match self.free.len().checked_sub(k + 1) {
+            Some(i) => self.free[i] as usize,
+            None => self.keys.len() + (k - self.free.len()),
+        };
+        if id < self.keys.capacity() {
+            let p = self.keys.as_ptr().wrapping_add(id);
+            prefetch_lines(p.cast(), std::mem::size_of::<Key>());
+        }
+    }
+
     pub fn gen(&self, id: u32) -> u32 {
         self.gens[id as usize]
     }
