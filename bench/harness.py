@@ -34,6 +34,18 @@ def spread(values: Sequence[float]) -> dict[str, float]:
     return {"min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
+def perf_control(cmd: str) -> None:
+    """Tell a ``perf record --control fifo:$PERF_CTL,$PERF_ACK`` around this process to enable
+    or disable sampling (``bench/w1_profile.py``, ``w2_profile.py``), if there is one."""
+    ctl, ack = os.environ.get("PERF_CTL"), os.environ.get("PERF_ACK")
+    if not ctl or not ack:
+        return
+    with open(ctl, "w") as f:
+        f.write(cmd + "\n")
+    with open(ack) as f:
+        f.readline()
+
+
 def rss_mb() -> float:
     import psutil
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import statistics
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness import perf_control  # noqa: E402
 from bench.metrics_w1 import (  # noqa: E402
     BATCH_EVENTS,
     CACHE_ENTRIES,
@@ -41,17 +41,6 @@ from bench.metrics_w1 import (  # noqa: E402
     misaligned_warm_ms,
     warm_cut,
 )
-
-
-def _perf(cmd: str) -> None:
-    """Tell a perf started with ``--control`` to enable or disable sampling, if there is one."""
-    ctl, ack = os.environ.get("PERF_CTL"), os.environ.get("PERF_ACK")
-    if not ctl or not ack:
-        return
-    with open(ctl, "w") as f:
-        f.write(cmd + "\n")
-    with open(ack) as f:
-        f.readline()
 
 
 def main() -> int:
@@ -94,7 +83,7 @@ def main() -> int:
             for lo in range(0, cut, batch):
                 eng.ingest_many("payments", ts[lo:lo + batch], cols.slice(lo, batch), arrow=True)
             eng.sync()
-            _perf("enable")
+            perf_control("enable")
             split = CpuSplit()
             c0 = time.process_time()
             if one:
@@ -107,7 +96,7 @@ def main() -> int:
             eng.sync()
             cpu.append((time.process_time() - c0) / (n - cut) * 1e6)
             splits.append(split.stop(n - cut))
-            _perf("disable")
+            perf_control("disable")
             eng.close()
     by = {k: statistics.median([s[k] for s in splits]) for k in splits[0]}
     print(f"{args.mode}: {n - cut} events x {args.repeats}, CPU us/event median "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
 import sys
 import tempfile
 import time
@@ -25,18 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.harness import perf_control  # noqa: E402
 from bench.metrics_w2 import BATCH_EVENTS, definitions, events_around_midnight  # noqa: E402
-
-
-def _perf(cmd: str) -> None:
-    """Tell a perf started with ``--control`` to enable or disable sampling, if there is one."""
-    ctl, ack = os.environ.get("PERF_CTL"), os.environ.get("PERF_ACK")
-    if not ctl or not ack:
-        return
-    with open(ctl, "w") as f:
-        f.write(cmd + "\n")
-    with open(ack) as f:
-        f.readline()
 
 
 def main() -> int:
@@ -62,7 +51,7 @@ def main() -> int:
             eng = Engine(tmp)
             for d in definitions():
                 eng.define(d)
-            _perf("enable")
+            perf_control("enable")
             c0 = time.process_time()
             if args.mode == "one":
                 for t, ev in events:
@@ -72,7 +61,7 @@ def main() -> int:
                     eng.ingest_many("payments", ts[lo:lo + BATCH_EVENTS],
                                     table.slice(lo, BATCH_EVENTS), arrow=args.mode == "arrow")
             cpu_us.append((time.process_time() - c0) / len(events) * 1e6)
-            _perf("disable")
+            perf_control("disable")
             eng.close()
     cpu_us.sort()
     print(f"{args.mode}: {len(events)} events x {args.repeats} repeats, CPU us/event "
