@@ -1,5 +1,6 @@
-"""bench/checkpoint_write.py: a short run writes both dumps through the real checkpointer and
-reports each one's CPU and bytes; the zstd dump is the smaller."""
+"""bench/checkpoint_write.py: a short run writes checkpoints through the real checkpointer and
+reports each kind's CPU and bytes: full against delta at two state sizes (the delta the
+smaller), and the old dump against the new (the zstd one the smaller)."""
 
 import json
 import subprocess
@@ -9,14 +10,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_short_run_reports_both_dumps():
-    subprocess.run([sys.executable, "bench/checkpoint_write.py", "--orders", "1500",
-                    "--rounds", "1", "--gap", "50"], cwd=ROOT, capture_output=True, text=True,
-                   check=True, timeout=300)
-    doc = json.loads((ROOT / "bench" / "results" / "checkpoint_write.json").read_text())
-    rows = {r["dump"]: r for r in doc["results"]}
-    assert rows.keys() == {"old", "new"}
-    assert all(r["writes"] == 2 and r["runs_held"] >= 1500 and r["cpu_ms_p50"] > 0
-               for r in rows.values())
-    assert rows["new"]["mb_p50"] < rows["old"]["mb_p50"]
+def _run(*args: str) -> dict:
+    subprocess.run([sys.executable, "bench/checkpoint_write.py", *args], cwd=ROOT,
+                   capture_output=True, text=True, check=True, timeout=300)
+    return json.loads((ROOT / "bench" / "results" / "checkpoint_write.json").read_text())
+
+
+def test_a_short_run_reports_full_and_delta_writes_at_two_sizes():
+    doc = _run("--orders", "1500", "--orders2", "3000", "--gap", "300")
+    rows = {(r["size"], r["write"]): r for r in doc["results"]}
+    assert rows.keys() == {(1500, "full"), (1500, "delta"), (3000, "full"), (3000, "delta")}
+    assert all(r["writes"] == 2 and r["runs_held"] >= r_size and r["cpu_ms_p50"] > 0
+               for (r_size, _), r in rows.items())
+    assert rows[3000, "delta"]["mb_p50"] < rows[3000, "full"]["mb_p50"]
     assert doc["targets"]["p1_checkpoint_core_share"]["unit"] == "core"
+
+
+def test_a_short_run_reports_both_dumps():
+    doc = _run("--ab", "dump", "--orders", "1500", "--gap", "300")
+    rows = {r["write"]: r for r in doc["results"]}
+    assert rows.keys() == {"old", "new"}
+    assert all(r["writes"] == 2 and r["runs_held"] >= 1500 for r in rows.values())
+    assert rows["new"]["mb_p50"] < rows["old"]["mb_p50"]
