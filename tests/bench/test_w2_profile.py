@@ -1,10 +1,11 @@
-"""bench/w2_profile.py: the perf handshake around the timed ingest, and a short run."""
+"""bench/w2_profile.py: the perf handshake around the timed ingest
+(``bench.harness.perf_control``, shared with w1_profile.py), and a short run."""
 
 import subprocess
 import sys
 from pathlib import Path
 
-from bench import w2_profile
+from bench.harness import perf_control
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -12,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_without_a_perf_control_nothing_is_written(tmp_path, monkeypatch):
     monkeypatch.delenv("PERF_CTL", raising=False)
     monkeypatch.delenv("PERF_ACK", raising=False)
-    w2_profile._perf("enable")  # would block on a missing acknowledgement if it wrote
+    perf_control("enable")  # would block on a missing acknowledgement if it wrote
     assert list(tmp_path.iterdir()) == []
 
 
@@ -21,7 +22,7 @@ def test_the_command_goes_to_perf_and_its_acknowledgement_is_awaited(tmp_path, m
     ack.write_text("ack\n")
     monkeypatch.setenv("PERF_CTL", str(ctl))
     monkeypatch.setenv("PERF_ACK", str(ack))
-    w2_profile._perf("disable")
+    perf_control("disable")
     assert ctl.read_text() == "disable\n"
 
 
