@@ -104,9 +104,9 @@ class SnapshotWriter:
         tables: dict[str, dict[str, str]] = {}
         for column, keys in changed.keys.items():
             keys_file = f"keys-{column}.parquet"
-            pq.write_table(pa.table({"k": pa.array(sorted(keys), type=pa.string())}),
-                           directory / keys_file, compression="zstd")
-            cursor.register(_KEYS_VIEW, pa.table({"k": pa.array(list(keys), type=pa.string())}))
+            keys_table = pa.table({"k": pa.array(sorted(keys), type=pa.string())})
+            pq.write_table(keys_table, directory / keys_file, compression="zstd")
+            cursor.register(_KEYS_VIEW, keys_table)  # the same keys select the rows
             try:
                 for name, key in TABLE_KEYS.items():
                     if key != column:
