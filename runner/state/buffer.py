@@ -56,6 +56,7 @@ handoff_rows_max = 32_768
 # few seconds is tens of µs per order (at 500 W3 orders/s the size bound comes first, ~6 s).
 handoff_log_ms_max = 30_000
 generations_in_flight_max = 16  # back-pressure: apply waits beyond this (~262,000 rows)
+_HELD = object()  # queued when a capture's work is held for the next hand-off (``when_landed``)
 
 RUN_FIELDS = ("run_id", "event_id", "event_type", "workflow_id", "version", "state", "node_id",
               "decision", "started_ts", "updated_ts", "offset_", "stored_offset", "event",
@@ -155,9 +156,12 @@ class RowBuffer:
     """``phase`` (0 to 1): where in each span of ``handoff_entries`` offsets this buffer hands
     its generations off (any phase gives the same state; only when the flusher works moves)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, phase: float = 0.0) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, phase: float = 0.0,
+                 capture_wait_s: float = 0.0) -> None:
         if not 0.0 <= phase < 1.0:
             raise ValueError(f"phase must be in [0, 1), got {phase}")
+        if capture_wait_s < 0:
+            raise ValueError(f"capture_wait_s must be >= 0, got {capture_wait_s}")
         self._lock = threading.Lock()
         self._landed = threading.Condition(self._lock)
         self.current = _Generation()
@@ -167,6 +171,10 @@ class RowBuffer:
         self._in_flight: list[_Generation] = []  # oldest first
         self._queue: queue.Queue[_Generation | _Marker | None] = queue.Queue()
         self._markers: deque[Future[Any]] = deque()  # queued by apply, maybe not yet run
+        # A capture's generation and works held back until the next hand-off, or until the
+        # flusher waited ``capture_wait_s`` for one (``when_landed(held=True)``)
+        self._capture_wait_s = capture_wait_s
+        self._held: list[_Generation | _Marker] = []
         self._cursor = con.cursor()
         self.failure: BaseException | None = None
         # pyarrow's first conversion imports pandas (~0.5 s holding the GIL): now, at the
@@ -240,30 +248,37 @@ class RowBuffer:
         while self._markers:
             futures.wait([self._markers.popleft()])
 
-    def when_landed(self, work: Callable[[], Any]) -> Future[Any]:
+    def when_landed(self, work: Callable[[], Any], held: bool = False) -> Future[Any]:
         """Run ``work`` on the flusher thread once every row absorbed so far is in DuckDB and
         before any row absorbed later is (apply thread; returns at once). Its result, or its
-        error, or the flush's failure, comes through the future."""
+        error, or the flush's failure, comes through the future. ``held`` (a checkpoint's
+        capture): the current generation and ``work`` wait for the buffer's next hand-off, at
+        its own phase, or at most ``capture_wait_s`` of the flusher's time, instead of making
+        one now: replicas capture at the same offset, and a hand-off there made all of them
+        flush together. Readers find the held rows as they find any pending ones."""
         marker = _Marker(work)
         with self._landed:
             if self.failure is not None:
                 marker.fail(f"flushing to DuckDB failed: {self.failure}")
                 return marker.result
-            self._hand_off_locked()
-            self._queue.put(marker)
+            if held and self._capture_wait_s > 0:
+                self._hold_locked(marker)
+            else:
+                self._hand_off_locked()
+                self._queue.put(marker)
         self._markers.append(marker.result)
         return marker.result
 
-    def cut_changes(self, offset: int) -> Future[changes.Changes | None]:
+    def cut_changes(self, offset: int, held: bool = False) -> Future[changes.Changes | None]:
         """The keys of the rows written since the previous cut (None when unknown), once
         every row absorbed so far is in DuckDB; a new set starts then, relative to
         ``offset``. Apply thread, right after ``when_landed`` of a capture's view: the set
         holds exactly the entries that view holds since the cut before (the flusher runs the
-        two works one after the other, between the same generations)."""
+        two works one after the other, between the same generations; ``held`` as the view's)."""
         def cut() -> changes.Changes | None:
             done, self._changes = self._changes, changes.Changes(since=offset)
             return done if done is not None and done.since is not None else None
-        return self.when_landed(cut)
+        return self.when_landed(cut, held)
 
     def reset_changes(self, since: int | None) -> None:
         """Start the set afresh, relative to ``since`` (a restore's offset; apply thread);
@@ -287,13 +302,19 @@ class RowBuffer:
             raise InvariantViolation(f"flushing to DuckDB failed: {self.failure}")
 
     def close(self) -> None:
+        with self._landed:
+            self._release_held_locked()
         self._queue.put(None)
         self._thread.join(timeout=10)
         self._cursor.close()
         self._fail_markers("the row buffer is closed")
 
     def _fail_markers(self, why: str) -> None:
-        """Fail the work still queued (its generations will never land)."""
+        """Fail the work still queued or held (its generations will never land)."""
+        held, self._held = self._held, []
+        for item in held:
+            if isinstance(item, _Marker):
+                item.fail(why)
         while True:
             try:
                 item = self._queue.get_nowait()
@@ -303,7 +324,9 @@ class RowBuffer:
                 item.fail(why)
 
     def _hand_off_locked(self) -> None:
-        """Queue the current generation (caller holds the lock, so generations stay in order)."""
+        """Queue the current generation (caller holds the lock, so generations stay in order),
+        after whatever a capture held."""
+        self._release_held_locked()
         gen = self.current
         if not gen.rows() and not gen.decisions:
             return
@@ -311,6 +334,30 @@ class RowBuffer:
         self._current_since = self._current_span = None
         self._in_flight.append(gen)
         self._queue.put(gen)
+
+    def _hold_locked(self, marker: _Marker) -> None:
+        """Hold the current generation (pending for readers, not queued) and ``marker`` behind
+        it; the flusher is told, so that it stops waiting for a hand-off after
+        ``capture_wait_s``."""
+        gen = self.current
+        first = not self._held
+        if gen.rows() or gen.decisions:
+            self.current = _Generation()
+            self._current_since = self._current_span = None
+            self._in_flight.append(gen)
+            self._held.append(gen)
+        self._held.append(marker)
+        if first:
+            self._queue.put(_HELD)  # type: ignore[arg-type]
+
+    def _release_held_locked(self) -> None:
+        """Queue what a capture held, in order (caller holds the lock)."""
+        if not self._held:
+            return
+        for item in self._held:
+            self._queue.put(item)
+        self._held = []
+        self._landed.notify_all()  # a flusher waiting on the hold queues them
 
     # ---------------------------------------------------------------- readers
     def pending(self) -> tuple[dict[str, tuple], list[tuple]]:
@@ -362,6 +409,11 @@ class RowBuffer:
             gen = self._queue.get()
             if gen is None:
                 return
+            if gen is _HELD:  # whatever comes next hands them off, or the wait runs out
+                with self._landed:
+                    self._landed.wait_for(lambda: not self._held, self._capture_wait_s)
+                    self._release_held_locked()
+                continue
             if isinstance(gen, _Marker):
                 gen.run()
                 continue

@@ -72,7 +72,7 @@ class RunnerStateMachine:
     def __init__(self, data_dir: Path, engine: Any | None = None, *,
                  dedup_retention_ms: int = DEDUP_RETENTION_MS_DEFAULT,
                  run_retention_ms: int = retention.RUN_RETENTION_MS_DEFAULT,
-                 flush_phase: float = 0.0) -> None:
+                 flush_phase: float = 0.0, capture_wait_s: float = 0.0) -> None:
         self._dir = Path(data_dir)
         self._dir.mkdir(parents=True, exist_ok=True)
         # One DuckDB thread: the hot path never waits on DuckDB, and three nodes share 2 cores.
@@ -93,7 +93,8 @@ class RunnerStateMachine:
         # cleared whenever ``_active`` changes
         self._of_type: dict[str, list[tuple[str, int, Any]]] = {}
         self._applied = -1
-        self._buffer = RowBuffer(self.con, flush_phase)  # see buffer.handoff_entries
+        # see buffer.handoff_entries, and ``RowBuffer.when_landed`` for a capture's wait
+        self._buffer = RowBuffer(self.con, flush_phase, capture_wait_s)
         self._seen: dict[str, int] = {}  # event id -> offset, within the dedup retention
         # (ts, event id, its events_seen row's hash) in log order
         self._seen_order: deque[tuple[int, str, int]] = deque()
@@ -324,10 +325,11 @@ class RunnerStateMachine:
     def snapshot(self) -> snapshot.SnapshotWriter:
         """Capture the state at the applied offset without waiting for DuckDB or the disk: the
         engine's state in memory now (``Engine.capture``; its files made on other threads),
-        the tables' view once the flusher wrote every pending generation."""
-        view = self._buffer.when_landed(lambda: snapshot.open_view(self.con))
+        the tables' view once the flusher wrote every pending generation (at the buffer's next
+        hand-off, which the capture does not force: ``RowBuffer.when_landed``)."""
+        view = self._buffer.when_landed(lambda: snapshot.open_view(self.con), held=True)
         # cut by the flusher right after it opened the view: the keys of the entries it holds
-        changes = self._buffer.cut_changes(self._applied)
+        changes = self._buffer.cut_changes(self._applied, held=True)
         return snapshot.capture(view, self.engine, self._applied, self._rows_total, changes)
 
     def restore(self, directory: Path) -> None:
