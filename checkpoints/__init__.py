@@ -20,6 +20,7 @@ What the caller does:
 from checkpoints.bootstrap import bootstrap, restore_newest
 from checkpoints.checkpointer import Checkpointer, CheckpointerStats
 from checkpoints.errors import CheckpointStoreError, CorruptCheckpoint, InvariantViolation
+from checkpoints.known import KnownManifests
 from checkpoints.manifest import Manifest, Part
 from checkpoints.progress import CatchUp, Progress
 from checkpoints.read import fetch_parts, list_offsets, read_manifest
@@ -29,6 +30,7 @@ from checkpoints.urls import store_from_url
 from checkpoints.write import upload_checkpoint
 
 __all__ = [
+    "KnownManifests",
     "CatchUp",
     "CheckpointStore",
     "CheckpointStoreError",

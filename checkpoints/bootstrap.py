@@ -20,8 +20,9 @@ from typing import Protocol
 
 from checkpoints.chain import resolve
 from checkpoints.errors import CorruptCheckpoint
+from checkpoints.known import KnownManifests
 from checkpoints.manifest import Manifest
-from checkpoints.read import fetch_parts, list_offsets, read_manifest
+from checkpoints.read import fetch_parts, list_offsets
 from checkpoints.stores import CheckpointStore
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,14 @@ def restore_newest(
     scratch_root: Path | None = None,
     verify_digest: bool = True,
     key: bytes | None = None,
+    known: KnownManifests | None = None,
 ) -> Manifest | None:
     """Like ``bootstrap`` but returns the whole manifest: a replog node also needs its
     ``writer_id`` and ``writer_seq`` (the fence at that offset) as ``start_writer_id`` and
-    ``start_writer_seq``. With ``key``, only manifests signed with it are restored."""
+    ``start_writer_seq``. With ``key``, only manifests signed with it are restored. The
+    manifests read are added to ``known`` (the node's checkpointer plans its first delta on
+    the restored chain without reading it again)."""
+    known = KnownManifests() if known is None else known
     offsets = list_offsets(store)
     if not offsets:
         log.info("no checkpoint in %s: replaying the log from the start", store.url)
@@ -75,8 +80,8 @@ def restore_newest(
         scratch = Path(tempfile.mkdtemp(prefix=f"restore-{offset}-", dir=scratch_root))
         started = time.perf_counter()
         try:
-            manifest = read_manifest(store, offset, key)
-            links = resolve(store, manifest, key)
+            manifest = known.read(store, offset, key)
+            links = resolve(store, manifest, key, known)
             dirs = [scratch / f"{at:03d}-{link.offset}" for at, link in enumerate(links)]
             for link, folder in zip(links, dirs, strict=True):
                 fetch_parts(store, link, folder)

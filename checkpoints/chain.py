@@ -12,7 +12,13 @@ deltas between, so restoring it means the full one, then each delta in order, th
   deltas a full checkpoint bounds the restore (one full and at most ``full_every`` deltas to
   read) and the chain retention must keep.
 - ``resolve``: the manifests of a checkpoint's chain, oldest first, following each base as
-  the store holds it now.
+  the store holds it now (or as this node last read or wrote it: ``KnownManifests``).
+
+Both take the manifests a node already read or wrote (``checkpoints.known``): planning the
+next delta reads one manifest from the store, its base's (as the store holds it now: damaged,
+deleted or written again by another node, it is noticed before a delta goes on it), and the
+links of the base's chain only when this node does not know them yet (not up to
+``full_every`` of them again for every checkpoint).
 - ``reusable``: the parts of the base that a new delta may name instead of uploading again.
 """
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from checkpoints.errors import CorruptCheckpoint
+from checkpoints.known import KnownManifests
 from checkpoints.manifest import Manifest, Part
 from checkpoints.read import read_manifest
 from checkpoints.stores import CheckpointStore
@@ -40,15 +47,23 @@ def plan(
     key: bytes | None = None,
     full_every: int = FULL_EVERY_DELTAS,
     base_digest: str | None = None,
+    known: KnownManifests | None = None,
 ) -> tuple[tuple[int, ...], Manifest | None]:
     """The chain of a delta on ``base`` and the base's manifest, or ``((), None)``: write a
     full checkpoint (no base, none valid in the store, a digest other than ours, a broken
-    chain, or ``full_every`` deltas already)."""
+    chain, or ``full_every`` deltas already). The base's manifest is read from the store;
+    the links of its chain in ``known`` are not read again, those read are added to it."""
     if base is None or full_every < 1:
         return (), None
+    known = KnownManifests() if known is None else known
     try:
         manifest = read_manifest(store, base, key)
-        links = resolve(store, manifest, key)
+    except CorruptCheckpoint:
+        known.forget(store, [base])  # gone or damaged since: no longer a checkpoint here
+        return (), None
+    known.add(store, manifest, key)
+    try:
+        links = resolve(store, manifest, key, known)
     except CorruptCheckpoint:
         return (), None
     if base_digest is not None and manifest.digest and manifest.digest != base_digest:
@@ -63,27 +78,26 @@ def resolve(
     store: CheckpointStore,
     manifest: Manifest,
     key: bytes | None = None,
-    cache: dict[int, Manifest] | None = None,
+    known: KnownManifests | None = None,
 ) -> list[Manifest]:
     """The manifests to restore ``manifest``: its base's, recursively (the full one first),
     then itself. Bases are followed as the store holds them now: any valid checkpoint at an
     offset holds the same state (all nodes capture at the same offsets), so a base another
     node wrote again, even as a full one, serves alike. Raises ``CorruptCheckpoint`` naming
-    the link when one is missing or damaged."""
-    cache = {} if cache is None else cache
+    the link when one is missing or damaged. Links in ``known`` are not read again; those
+    read are added to it."""
+    known = KnownManifests() if known is None else known
     found = [manifest]
     while found[-1].chain:
         if len(found) > CHAIN_MAX:
             raise CorruptCheckpoint(f"delta {manifest.offset} has a chain over {CHAIN_MAX} long")
         base = found[-1].chain[-1]
-        link = cache.get(base)
-        if link is None:
-            try:
-                link = cache[base] = read_manifest(store, base, key)
-            except CorruptCheckpoint as exc:
-                raise CorruptCheckpoint(
-                    f"delta {manifest.offset} needs checkpoint {base}, which is unusable: {exc}"
-                ) from None
+        try:
+            link = known.read(store, base, key)
+        except CorruptCheckpoint as exc:
+            raise CorruptCheckpoint(
+                f"delta {manifest.offset} needs checkpoint {base}, which is unusable: {exc}"
+            ) from None
         found.append(link)
     return found[::-1]
 

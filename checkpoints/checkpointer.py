@@ -27,6 +27,9 @@ in the store (written by any node: all capture at the same offsets) whose chain 
 than ``full_every`` deltas; otherwise ``write(dir)``, a full one (the first checkpoint, after
 a failed or missing one, a broken chain, or every ``full_every`` deltas). A delta names the
 immutable files its base holds (``chain.reusable``) instead of hashing and uploading them.
+The manifests it writes or reads are kept (``checkpoints.known``, bounded by ``full_every``
+and ``retain``), so planning a delta and retention read from the store only the manifests
+of checkpoints other nodes wrote, once each.
 
 A snapshot writer may offer ``digest()`` (computed on its captured view, in the background)
 and ``close()`` (release the view); without ``digest()`` the state machine's ``digest()`` is
@@ -51,9 +54,9 @@ from typing import Any, Protocol
 
 from checkpoints import chain
 from checkpoints.errors import InvariantViolation
+from checkpoints.known import KnownManifests
 from checkpoints.layout import manifest_key
 from checkpoints.manifest import Manifest
-from checkpoints.read import read_manifest
 from checkpoints.retention import RETAIN_MAX, prune
 from checkpoints.stores import CheckpointStore
 from checkpoints.write import upload_checkpoint
@@ -115,7 +118,9 @@ class Checkpointer:
         on_mismatch: Callable[[int, str, Manifest], None] | None = None,
         write_delay_s: float = 0.0,
         full_every: int = chain.FULL_EVERY_DELTAS,
+        known: KnownManifests | None = None,
     ) -> None:
+        """``known``: manifests already read from ``store`` (e.g. by the restore), shared."""
         if every_entries < EVERY_ENTRIES_MIN:
             raise ValueError(f"every_entries must be >= {EVERY_ENTRIES_MIN}, got {every_entries}")
         if not 1 <= retain <= RETAIN_MAX:
@@ -141,6 +146,8 @@ class Checkpointer:
         self.on_mismatch = on_mismatch
         self.write_delay_s = write_delay_s
         self.full_every = full_every  # deltas between two full checkpoints (0: never a delta)
+        # A base's chain (full_every + 1) and the newest ones retention keeps.
+        self.known = KnownManifests(full_every + 1 + retain) if known is None else known
         self._closing = threading.Event()  # cuts a write's delay short
         self.digests: collections.OrderedDict[int, str] = collections.OrderedDict()
         self.stats = CheckpointerStats()
@@ -260,7 +267,8 @@ class Checkpointer:
                 chain=links,
                 reuse=chain.reusable(base, writer.immutable(scratch), links) if base else None,
             )
-            prune(self.store, self.retain)
+            self.known.add(self.store, manifest, self.key)
+            prune(self.store, self.retain, self.known)
             self.stats.taken += 1
             self.stats.deltas += bool(links)
             self.stats.last_delta_base = links[-1] if links else None
@@ -283,7 +291,7 @@ class Checkpointer:
         with self._lock:
             ours = self.digests.get(base)
         return chain.plan(self.store, base, key=self.key, full_every=self.full_every,
-                          base_digest=ours)
+                          base_digest=ours, known=self.known)
 
     def _written_elsewhere(self, writer: Any, offset: int) -> bool:
         """Whether the store holds this offset's checkpoint already, for a writer that can
@@ -301,7 +309,7 @@ class Checkpointer:
 
     def _compare(self, offset: int, digest: str) -> None:
         try:
-            theirs = read_manifest(self.store, offset, self.key)
+            theirs = self.known.read(self.store, offset, self.key)
         except Exception:  # noqa: BLE001 - a manifest we cannot read proves nothing either way
             log.warning("could not read the manifest at %d to compare digests", offset,
                         exc_info=True)

@@ -17,9 +17,10 @@ import logging
 
 from checkpoints.chain import needed, resolve
 from checkpoints.errors import CorruptCheckpoint, InvariantViolation
+from checkpoints.known import KnownManifests
 from checkpoints.layout import folder_name, manifest_key
 from checkpoints.manifest import Manifest
-from checkpoints.read import list_offsets, read_manifest
+from checkpoints.read import list_offsets
 from checkpoints.stores import CheckpointStore
 
 log = logging.getLogger(__name__)
@@ -27,23 +28,24 @@ log = logging.getLogger(__name__)
 RETAIN_MAX = 1000
 
 
-def prune(store: CheckpointStore, retain: int) -> list[int]:
+def prune(store: CheckpointStore, retain: int, known: KnownManifests | None = None) -> list[int]:
     """Delete checkpoints beyond the ``retain`` newest valid ones and the chains those need;
-    return the deleted offsets."""
+    return the deleted offsets. Manifests in ``known`` (those a node read or wrote) are not
+    read again; the deleted ones are dropped from it."""
     if not 1 <= retain <= RETAIN_MAX:
         raise ValueError(f"retain must be in 1..{RETAIN_MAX}, got {retain}")
     offsets = list_offsets(store)
     kept: list[Manifest] = []
     links: list[Manifest] = []  # the kept ones' chains, as the store holds them now
     doomed: list[int] = []
-    cache: dict[int, Manifest] = {}
+    known = KnownManifests() if known is None else known
     for offset in offsets:
         if len(kept) >= retain:
             doomed.append(offset)
             continue
         try:
-            manifest = cache.get(offset) or read_manifest(store, offset)  # must self-check
-            links += resolve(store, manifest, cache=cache)  # and so must its chain's
+            manifest = known.read(store, offset)  # must self-check
+            links += resolve(store, manifest, known=known)  # and so must its chain's
         except CorruptCheckpoint:
             if kept:  # older than a valid checkpoint: a leftover, not an upload in progress
                 doomed.append(offset)
@@ -53,6 +55,7 @@ def prune(store: CheckpointStore, retain: int) -> list[int]:
         raise InvariantViolation("prune would delete checkpoints while keeping none valid")
     bases = {m.offset for m in links} | needed(links)
     doomed = [o for o in doomed if o not in bases]
+    known.forget(store, doomed)
     for offset in doomed:
         store.delete_file(manifest_key(offset))
         store.delete_dir(folder_name(offset))

@@ -83,7 +83,11 @@ class Service:
         key = s.checkpoint_key()
         # The manifest's (writer id, seq) seeds the fence: entries of writers deposed before
         # the checkpoint, and duplicates of entries before it, stay ignored on replay.
-        manifest = checkpoints.restore_newest(store, self.sm, key=key)
+        # The manifests the restore reads stay known to the checkpointer: its first delta on
+        # the restored chain reads none of them again.
+        known = checkpoints.KnownManifests(
+            s.checkpoint_full_every + 1 + s.checkpoint_retain)
+        manifest = checkpoints.restore_newest(store, self.sm, key=key, known=known)
         start_offset = 0 if manifest is None else manifest.offset + 1
         start_writer_id = -1 if manifest is None else manifest.writer_id
         start_writer_seq = -1 if manifest is None else manifest.writer_seq
@@ -91,7 +95,7 @@ class Service:
             store, self.sm, s.checkpoint_every_entries, s.checkpoint_retain, node_id=s.node_id,
             key=key, on_mismatch=self._digest_mismatch, background_nice=s.checkpoint_nice,
             write_delay_s=s.checkpoint_write_delay(is_leader=False),
-            full_every=s.checkpoint_full_every)
+            full_every=s.checkpoint_full_every, known=known)
         if s.mode == "cluster":
             from replog.kafka import KafkaLog, retention_bytes_for
             from replog.zk import ZkElection
