@@ -30,7 +30,6 @@ sets the tail at every checkpoint).
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -42,6 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.apply_cost import build_feed  # noqa: E402
+from bench.checkpoint_common import apply_orders, parser  # noqa: E402
 from bench.harness import Report  # noqa: E402
 from checkpoints import Checkpointer, store_from_url  # noqa: E402
 from metrics_engine import engine as metrics_engine  # noqa: E402
@@ -52,27 +52,10 @@ from runner.state.machine import RunnerStateMachine  # noqa: E402
 PAUSE_TARGET_MS = 10.0
 
 
-def apply_orders(sm: RunnerStateMachine, records: list[tuple[int, bytes]], cursor: int,
-                 orders: int) -> int:
-    """Apply ``records`` from ``cursor`` until ``orders`` orders (and the entries between
-    them) are applied; the next cursor."""
-    applied = 0
-    while cursor < len(records) and applied < orders:
-        offset, raw = records[cursor]
-        applied += b"EventReceived" in raw[:64]
-        sm.apply(Entry.decode(raw, offset))
-        cursor += 1
-    return cursor
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--orders", type=int, default=None, help="orders before the first capture")
-    ap.add_argument("--rounds", type=int, default=None, help="rounds of A B B A")
-    ap.add_argument("--gap", type=int, default=1_000, help="orders between two checkpoints")
-    ap.add_argument("--seed", type=int, default=7)
-    args = ap.parse_args()
+    args = parser(__doc__, orders_help="orders before the first capture", rounds_default=None,
+                  rounds_help="rounds of A B B A", gap_default=1_000,
+                  gap_help="orders between two checkpoints").parse_args()
     orders = args.orders or (5_000 if args.quick else 20_000)
     rounds = args.rounds or (1 if args.quick else 2)
     modes = ["old", "dump", "new", "new", "dump", "old"] * rounds

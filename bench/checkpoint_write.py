@@ -43,7 +43,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.apply_cost import build_feed  # noqa: E402
-from bench.checkpoint_pause import apply_orders  # noqa: E402
+from bench.checkpoint_common import (  # noqa: E402
+    apply_entries,
+    apply_orders,
+    orders_applied,
+    parser,
+)
 from bench.harness import Report  # noqa: E402
 from checkpoints import Checkpointer, store_from_url  # noqa: E402
 from replog.entry import Entry  # noqa: E402
@@ -60,15 +65,12 @@ COLUMNS = ["size", "write", "writes", "runs_held", "cpu_ms_p50", "wall_ms_p50", 
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap = parser(__doc__, orders_help="orders before the first round", rounds_default=1,
+                rounds_help="rounds of A B B A per state size", gap_default=20_000,
+                gap_help="entries between two checkpoints")
     ap.add_argument("--ab", choices=("delta", "dump"), default="delta")
-    ap.add_argument("--orders", type=int, default=None, help="orders before the first round")
     ap.add_argument("--orders2", type=int, default=None,
                     help="orders held before the second state size's rounds (--ab delta)")
-    ap.add_argument("--rounds", type=int, default=1, help="rounds of A B B A per state size")
-    ap.add_argument("--gap", type=int, default=20_000, help="entries between two checkpoints")
-    ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
     orders = args.orders or (10_000 if args.quick else 30_000)
     orders2 = args.orders2 or 3 * orders
@@ -89,10 +91,10 @@ def main() -> None:
             sm.apply(Entry.decode(raw, offset))
         cursor = first
         for size in sizes:
-            cursor = apply_orders(sm, records, cursor, size - _orders_applied(sm))
+            cursor = apply_orders(sm, records, cursor, size - orders_applied(sm))
             _write(cp, sm, "full")  # the base of the first delta
             for mode in modes:
-                cursor = _apply_entries(sm, records, cursor, args.gap)
+                cursor = apply_entries(sm, records, cursor, args.gap)
                 sm.flush()
                 runs = sm.con.execute("SELECT count(*) FROM runs").fetchone()[0]
                 cpu, wall = _write(cp, sm, mode)
@@ -108,19 +110,6 @@ def main() -> None:
         sm.close()
         shutil.rmtree(scratch, ignore_errors=True)
     _report(args, samples, sizes, a, b)
-
-
-def _orders_applied(sm: RunnerStateMachine) -> int:
-    sm.flush()
-    return sm.con.execute("SELECT count(*) FROM events_seen").fetchone()[0]
-
-
-def _apply_entries(sm: RunnerStateMachine, records: list, cursor: int, entries: int) -> int:
-    for offset, raw in records[cursor:cursor + entries]:
-        sm.apply(Entry.decode(raw, offset))
-    if cursor + entries > len(records):
-        raise SystemExit("the feed ran out of entries: a bug in the feed's size")
-    return cursor + entries
 
 
 def _write(cp: Checkpointer, sm: RunnerStateMachine, mode: str) -> tuple[float, float]:

@@ -1,6 +1,8 @@
 """bench/checkpoint_write.py: a short run writes checkpoints through the real checkpointer and
 reports each kind's CPU and bytes: full against delta at two state sizes (the delta the
-smaller), and the old dump against the new (the zstd one the smaller)."""
+smaller), and the old dump against the new (the zstd one the smaller). bench/checkpoint_restore.py
+(its arguments shared, bench/checkpoint_common.py): the same state restored from a full
+checkpoint and from a chain, each row with its CPU, bytes read and ratio to the full one."""
 
 import json
 import subprocess
@@ -10,10 +12,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(*args: str) -> dict:
-    subprocess.run([sys.executable, "bench/checkpoint_write.py", *args], cwd=ROOT,
+def _run(*args: str, bench: str = "checkpoint_write") -> dict:
+    subprocess.run([sys.executable, f"bench/{bench}.py", *args], cwd=ROOT,
                    capture_output=True, text=True, check=True, timeout=300)
-    return json.loads((ROOT / "bench" / "results" / "checkpoint_write.json").read_text())
+    return json.loads((ROOT / "bench" / "results" / f"{bench}.json").read_text())
 
 
 def test_a_short_run_reports_full_and_delta_writes_at_two_sizes():
@@ -32,3 +34,16 @@ def test_a_short_run_reports_both_dumps():
     assert rows.keys() == {"old", "new"}
     assert all(r["writes"] == 2 and r["runs_held"] >= 1500 for r in rows.values())
     assert rows["new"]["mb_p50"] < rows["old"]["mb_p50"]
+
+
+def test_a_short_run_restores_the_same_state_from_a_full_checkpoint_and_from_a_chain():
+    doc = _run("--orders", "1500", "--gap", "200", "--deltas", "4", bench="checkpoint_restore")
+    rows = {r["restore"]: r for r in doc["results"]}
+    assert rows.keys() == {"full", "chain"}
+    assert rows["full"]["links"] == 1 and rows["chain"]["links"] == 5  # the full one + 4
+    assert all(r["restores"] == 2 and r["runs_held"] >= 1500 and r["cpu_ms_p50"] > 0
+               for r in rows.values())
+    assert rows["full"]["cpu_vs_full"] == rows["full"]["read_vs_full"] == 1
+    # every link's parts are read: a full one's and four deltas', each with the engine whole
+    assert rows["chain"]["mb_read_p50"] > rows["full"]["mb_read_p50"]
+    assert rows["chain"]["read_vs_full"] > 1
