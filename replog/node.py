@@ -17,9 +17,12 @@ append: a deposed writer's, or those of an append whose outcome it never learned
 idle, up to the log's end as probed every ``leader_idle_probe_s``; its reader is paused
 otherwise, so it fetches nothing in the background. Election callbacks arrive on the election's
 thread and take effect at once: a deposed leader fails its pending requests before returning.
-Callers must ``start()`` the node, and ``stop()`` it; from asyncio, wrap ``submit``'s future
-with ``asyncio.wrap_future``, or hand ``submit_to`` a ``Sink`` of their own (no ``Future``,
-whose condition and lock cost an order more than the rest of its hand-off).
+``on_role(leading)`` is told each change of leadership where it happens: the loop once its own
+LeaderStarted applied (it leads), the election's thread when deposed, the loop when the log
+holds a newer writer. Callers must ``start()`` the node, and ``stop()`` it; from asyncio,
+wrap ``submit``'s future with ``asyncio.wrap_future``, or hand ``submit_to`` a ``Sink`` of
+their own (no ``Future``, whose condition and lock cost an order more than the rest of its
+hand-off).
 """
 
 from __future__ import annotations
@@ -123,9 +126,11 @@ class Node:
         start_writer_seq: int = -1,
         limits: Limits = DEFAULT_LIMITS,
         append_thread: bool | None = None,
+        on_role: Callable[[bool], None] | None = None,
     ):
         """``append_thread``: None, an appender thread only for a log that cannot ``send``;
-        True, always one (a group commit per batch, the way before ``SendingLog``)."""
+        True, always one (a group commit per batch, the way before ``SendingLog``).
+        ``on_role(leading)``: called when this node starts or stops leading."""
         self.sm = state_machine
         self.log = log
         self.election = election
@@ -136,6 +141,9 @@ class Node:
         self.start_offset = start_offset
         self.clock = clock
         self.checkpointer = checkpointer
+        self.on_role = on_role
+        self._leading = False  # as last told to ``on_role`` (a node starts as a follower)
+        self._role_lock = threading.Lock()
         self.core = ReplicaCore(
             start_offset=start_offset,
             start_writer_id=start_writer_id,
@@ -337,8 +345,21 @@ class Node:
             self._own_ready.notify()  # a leader's loop waiting for its records reads as a follower
         self._stop_lingering.set()  # a follower's loop takes its new role at once
         self._resolve(completions)
+        self._note_role()
         if not ok:  # the log already has a newer writer: rejoin with a larger id
             threading.Thread(target=self.election.resign, daemon=True).start()
+
+    def _note_role(self) -> None:
+        """Tell ``on_role`` when leadership changed since it was last told (called where the
+        role can change: the election's events, the loop's own LeaderStarted, a newer writer)."""
+        if self.on_role is None or (self.core.role is Role.LEADER) == self._leading:
+            return
+        with self._role_lock:  # the election's thread and the loop may both see a change
+            leading = self.core.role is Role.LEADER
+            if leading == self._leading:
+                return
+            self._leading = leading
+            self.on_role(leading)
 
     # -- threads ------------------------------------------------------------------------
     def _appender(self) -> None:
@@ -638,6 +659,7 @@ class Node:
             step = self.core.begin(entry)
         if step.resign:
             log.warning("%s gives up leadership: the log holds a newer writer", self.node_id)
+            self._note_role()
             threading.Thread(target=self.election.resign, daemon=True).start()
         if not step.apply:  # skipped (fenced or redelivered): processed as it is
             self._applied = self.core.applied_offset
@@ -663,6 +685,7 @@ class Node:
                 settled = self._take(completions) if completions else None
             if settled:
                 _deliver(settled)
+            self._note_role()  # leading once its LeaderStarted applied
         if self.on_effects is not None:
             self.on_effects(step.entry, effects)
         if self.checkpointer is not None:

@@ -122,7 +122,7 @@ class Service:
                          forwarder=forwarder, on_effects=self._on_effects,
                          start_offset=start_offset, start_writer_id=start_writer_id,
                          start_writer_seq=start_writer_seq, checkpointer=self.checkpointer,
-                         append_thread=append_thread)
+                         append_thread=append_thread, on_role=self._role_changed)
         self.node.start()
         self._running = True
         self._housekeeper = threading.Thread(target=self._housekeeping, name="housekeeping",
@@ -301,8 +301,6 @@ class Service:
                 self.telemetry.is_leader.set(1 if self.node.is_leader else 0)
                 self.telemetry.store_backlog.set(self.executor.store_backlog())
                 self.telemetry.runs_awaiting_store.set(self.runs_awaiting_store())
-                # read by the checkpoint's thread after each capture: the leader writes last
-                self.checkpointer.write_delay_s = s.checkpoint_write_delay(self.node.is_leader)
                 if not self.node.is_leader:
                     continue
                 confirmations = self.executor.take_confirmations()
@@ -316,6 +314,11 @@ class Service:
                     self._demo_checked = demo.preload(self)
             except Exception:  # noqa: BLE001 - keep the housekeeper alive; the next round retries
                 log.exception("housekeeping round failed")
+
+    def _role_changed(self, leading: bool) -> None:
+        """Called by the node where its role changes. The checkpoint's thread reads the delay
+        after each capture: the leader writes last."""
+        self.checkpointer.write_delay_s = self.settings.checkpoint_write_delay(leading)
 
     def _tick_if_due(self) -> None:
         due = self.sm.next_deadline()

@@ -457,6 +457,23 @@ def test_a_node_reads_as_a_follower_until_it_leads_and_again_once_deposed(cluste
         assert n.applied_offsets == list(range(applied.offset + 1))  # each once, in order
 
 
+def test_on_role_is_told_each_change_of_leadership_where_it_happens(cluster):
+    """Elected (once its LeaderStarted applied), deposed by the election, and fenced by a
+    newer writer in the log without being told (split brain): each change is told once."""
+    log, (a, b, _) = cluster
+    told: dict[str, list[bool]] = {"a": [], "b": []}
+    a.on_role, b.on_role = told["a"].append, told["b"].append
+    a.election.elect(1)
+    assert wait_for(lambda: told["a"] == [True]) and a.is_leader
+    a.election.depose()
+    assert told["a"] == [True, False]  # on the election's thread, before it returns
+    b.election.elect(2)
+    assert wait_for(lambda: told["b"] == [True])
+    a.election.elect(3)  # b is not told: it learns from writer 3's LeaderStarted in the log
+    assert wait_for(lambda: told["b"] == [True, False] and told["a"] == [True, False, True])
+    assert b.role is Role.FOLLOWER and a.is_leader
+
+
 # -- a leader that sends on the submitting thread (``SendingLog``, as on Kafka) ---------------
 def _lead(nodes) -> Node:
     a = nodes[0]

@@ -1,4 +1,5 @@
-"""Which node writes a checkpoint first: the leader waits longest after each capture."""
+"""Which node writes a checkpoint first: the leader waits longest after each capture. The
+delay is set where the node's role changes (``Node.on_role``), not by a periodic thread."""
 
 from __future__ import annotations
 
@@ -35,3 +36,21 @@ def test_a_node_that_leads_gives_its_checkpointer_the_leaders_delay(tmp_path):
             time.sleep(0.05)
         assert svc.node.is_leader
         assert svc.checkpointer.write_delay_s == 3.0
+
+
+def test_the_delay_follows_the_role_without_waiting_for_housekeeping(tmp_path):
+    """The housekeeping thread sleeps a minute here: the leader's delay comes from the node's
+    role change, and a node that stops leading gives it back at once."""
+    settings = Settings(data_dir=tmp_path, port=8997, tick_interval_ms=60_000,
+                        effects_confirm_interval_ms=60_000, checkpoint_write_delay_s=0.5,
+                        checkpoint_leader_write_delay_s=2.5)
+    app = create_app(settings=settings)
+    with TestClient(app):
+        svc = app.state.service
+        deadline = time.monotonic() + settle_timeout_s
+        while time.monotonic() < deadline and svc.checkpointer.write_delay_s != 3.0:
+            time.sleep(0.05)
+        assert svc.node.is_leader and svc.checkpointer.write_delay_s == 3.0
+        svc.node.election.stop()  # the embedded election deposes its node
+        assert not svc.node.is_leader
+        assert svc.checkpointer.write_delay_s == 0.5
