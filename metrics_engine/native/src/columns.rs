@@ -235,8 +235,9 @@ impl<'py> Column<'py> {
         }
         match &self.data {
             Data::Int(x) => {
-                let x = x.as_bytes();
-                let v: Vec<i64> = (a..b).map(|i| i64::from_le_bytes(word(x, i))).collect();
+                // One slice of the rows, read 8 bytes at a time: no bounds check per value.
+                let v: Vec<i64> = x.as_bytes()[8 * a..8 * b].chunks_exact(8)
+                    .map(|w| i64::from_le_bytes(w.try_into().expect("8 bytes"))).collect();
                 crate::frame::ints(out, &v, self.valid.as_ref().map(|m| &m.as_bytes()[a..b]));
             }
             Data::Float(x) => out.extend_from_slice(&x.as_bytes()[8 * a..8 * b]),

@@ -59,13 +59,29 @@ pub fn ints(out: &mut Vec<u8>, v: &[i64], valid: Option<&[u8]>) {
     };
     out.push(width as u8);
     out.extend_from_slice(&lo.to_le_bytes());
-    out.reserve(width * v.len());
-    let d = |i: usize, x: i64| if ok(i) { x.wrapping_sub(lo) as u64 } else { 0 };
     match width {
-        1 => out.extend(v.iter().enumerate().map(|(i, &x)| d(i, x) as u8)),
-        2 => v.iter().enumerate().for_each(|(i, &x)| out.extend_from_slice(&(d(i, x) as u16).to_le_bytes())),
-        4 => v.iter().enumerate().for_each(|(i, &x)| out.extend_from_slice(&(d(i, x) as u32).to_le_bytes())),
-        _ => v.iter().enumerate().for_each(|(i, &x)| out.extend_from_slice(&d(i, x).to_le_bytes())),
+        1 => narrowed::<1>(out, v, valid, lo),
+        2 => narrowed::<2>(out, v, valid, lo),
+        4 => narrowed::<4>(out, v, valid, lo),
+        _ => narrowed::<8>(out, v, valid, lo),
+    }
+}
+
+/// `ints`' offsets from `lo`, `W` bytes each: the low `W` bytes of each offset's
+/// little-endian form. The output is sized once and filled in fixed-size pieces (a
+/// `extend_from_slice` per value checked the capacity each time, and did not vectorize);
+/// the loop without validity has no per-value branch.
+fn narrowed<const W: usize>(out: &mut Vec<u8>, v: &[i64], valid: Option<&[u8]>, lo: i64) {
+    debug_assert!(valid.is_none_or(|m| m.len() == v.len()), "a validity byte per value");
+    let start = out.len();
+    out.resize(start + W * v.len(), 0);
+    let dst = out[start..].chunks_exact_mut(W);
+    let put = |o: &mut [u8], d: u64| o.copy_from_slice(&d.to_le_bytes()[..W]);
+    match valid {
+        None => dst.zip(v).for_each(|(o, &x)| put(o, x.wrapping_sub(lo) as u64)),
+        Some(m) => dst.zip(v).zip(m).for_each(|((o, &x), &ok)| {
+            put(o, if ok != 0 { x.wrapping_sub(lo) as u64 } else { 0 })
+        }),
     }
 }
 
