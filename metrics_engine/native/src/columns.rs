@@ -184,9 +184,15 @@ impl<'py> Column<'py> {
         let null = |i: usize| valid.is_some_and(|v| v[i] == 0);
         match &self.data {
             Data::Int(b) => {
-                let b = b.as_bytes();
-                for (i, l) in lens.iter_mut().enumerate() {
-                    *l += if null(i) { 4 } else { json::int_len(i64::from_le_bytes(word(b, i))) };
+                // One slice of the rows, 8 bytes at a time (no bounds check per row), and a
+                // loop with no validity test when the column has no nulls.
+                let xs = b.as_bytes()[..8 * lens.len()].chunks_exact(8)
+                    .map(|w| i64::from_le_bytes(w.try_into().expect("8 bytes")));
+                match valid {
+                    None => lens.iter_mut().zip(xs).for_each(|(l, x)| *l += json::int_len(x)),
+                    Some(v) => lens.iter_mut().zip(xs).zip(v).for_each(|((l, x), &ok)| {
+                        *l += if ok == 0 { 4 } else { json::int_len(x) }
+                    }),
                 }
             }
             Data::Float(b) => {
@@ -205,14 +211,19 @@ impl<'py> Column<'py> {
                 let (o, d) = (offsets.as_bytes(), data.as_bytes());
                 let off = |i: usize| i64::from_le_bytes(word(o, i)) as usize;
                 let plain = !json::escapes_any(&d[off(0)..off(self.len)]);
-                for (i, l) in lens.iter_mut().enumerate() {
+                // Each row's end offset from one slice; its start is the row before's end.
+                let ends = o[8..8 * (lens.len() + 1)].chunks_exact(8)
+                    .map(|w| i64::from_le_bytes(w.try_into().expect("8 bytes")) as usize);
+                let mut start = off(0);
+                for (i, (l, end)) in lens.iter_mut().zip(ends).enumerate() {
                     *l += if null(i) {
                         4
                     } else if plain {
-                        2 + off(i + 1) - off(i)
+                        2 + end - start
                     } else {
-                        json::string_len(&d[off(i)..off(i + 1)])
+                        json::string_len(&d[start..end])
                     };
+                    start = end;
                 }
             }
             Data::Null => lens.iter_mut().for_each(|l| *l += 4),
