@@ -341,7 +341,9 @@ pub fn div(a: &Num, b: &Num) -> f64 {
         (Num::S(x), Num::S(y)) => {
             let (ux, uy) = (x.unsigned_abs(), y.unsigned_abs());
             if ux < (1u128 << 53) && uy < (1u128 << 53) {
-                ux as f64 / uy as f64
+                // Both exact as f64 either way; through u64 the conversion is one
+                // instruction, not a 128-bit conversion routine call (AVG's every output).
+                (ux as u64) as f64 / (uy as u64) as f64
             } else {
                 match div_u128(ux, uy) {
                     Some(v) => v,
