@@ -74,7 +74,7 @@ class Service:
         self.sm = RunnerStateMachine(s.node_dir, dedup_retention_ms=s.dedup_retention_ms,
                                      run_retention_ms=s.run_retention_ms,
                                      flush_phase=s.effective_flush_phase,
-                                     capture_wait_s=s.effective_capture_wait_s)
+                                     capture_wait_s=s.checkpoint_capture_wait_s)
         self.sm.rejections.listener = lambda r: self.telemetry.entries_rejected.labels(
             r.kind, r.reason).inc()
         store = checkpoints.store_from_url(s.effective_checkpoint_url)

@@ -31,10 +31,6 @@ secret_chars_min = 24
 # and at most a few seconds of wall time on a busy machine; a checkpoint falls due every ~20 s at
 # 1,000 orders/s, so the leader's write, delayed this long, still ends well before the next one.
 LEADER_WRITE_DELAY_S = 6.0
-# A replica's capture waits at most this long for its own next hand-off of rows to DuckDB (one
-# every ~3 s at 1,000 orders/s, ``runner.state.buffer.handoff_entries``), so the followers'
-# writes still come before the leader's delay runs out.
-CAPTURE_WAIT_S = 4.0
 
 
 class Settings(BaseSettings):
@@ -113,9 +109,10 @@ class Settings(BaseSettings):
     # cores flush at different moments when their phases differ.
     flush_phase: float | None = Field(default=None, ge=0, lt=1)
     # How long a checkpoint's capture may wait for this node's next hand-off of rows to DuckDB
-    # instead of forcing one at the checkpoint's offset, where every replica captures (None:
-    # CAPTURE_WAIT_S in cluster mode, 0 for an embedded node: nothing to keep apart).
-    checkpoint_capture_wait_s: float | None = Field(default=None, ge=0, le=60)
+    # instead of forcing one at the checkpoint's offset, where every replica captures; 0: it
+    # forces one. Off by default: a follower then checks whether another node wrote the
+    # checkpoint before its own view is ready, so both followers dumped it (docs/latency.md).
+    checkpoint_capture_wait_s: float = Field(default=0.0, ge=0, le=60)
     # Delta checkpoints between two full ones (``checkpoints.chain``; 0: every one full).
     checkpoint_full_every: int = Field(default=30, ge=0, le=1000)
     # The log's size retention is derived from these (replog.kafka.retention_bytes_for): it
@@ -201,12 +198,6 @@ class Settings(BaseSettings):
         if extra is None:
             extra = LEADER_WRITE_DELAY_S if self.mode == "cluster" else 0.0
         return self.checkpoint_write_delay_s + extra
-
-    @property
-    def effective_capture_wait_s(self) -> float:
-        if self.checkpoint_capture_wait_s is not None:
-            return self.checkpoint_capture_wait_s
-        return CAPTURE_WAIT_S if self.mode == "cluster" else 0.0
 
     @property
     def effective_flush_phase(self) -> float:

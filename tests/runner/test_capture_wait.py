@@ -115,13 +115,3 @@ def test_a_capture_without_a_wait_hands_off_at_once(machines):
     assert view.execute("SELECT count(*) FROM runs").fetchone() == (11,)
     writer.close()
 
-
-def test_a_cluster_node_waits_for_its_own_hand_off_and_an_embedded_one_does_not(tmp_path):
-    from runner.settings import CAPTURE_WAIT_S, Settings
-
-    secrets = dict(app_secret="a" * 32, token_secret="t" * 32, cluster_secret="c" * 32)
-    assert Settings(data_dir=tmp_path, mode="cluster", **secrets).effective_capture_wait_s \
-        == CAPTURE_WAIT_S > 0
-    assert Settings(data_dir=tmp_path).effective_capture_wait_s == 0
-    assert Settings(data_dir=tmp_path, checkpoint_capture_wait_s=0.5) \
-        .effective_capture_wait_s == 0.5
