@@ -40,6 +40,18 @@ def _feed(log: Log, start: int, n: int) -> None:
                   ts=T0 + i * 1000)
 
 
+def _captured(machine: RunnerStateMachine, orders: int):
+    """A capture after the W3 setup and ``orders`` orders."""
+    log = Log(machine)
+    setup_w3(log)
+    _feed(log, 0, orders)
+    return machine.snapshot()
+
+
+def _runs(view) -> tuple:
+    return view.execute("SELECT count(*) FROM runs").fetchone()
+
+
 def test_a_held_capture_waits_for_the_next_hand_off_and_sees_the_captured_offset(machines):
     held, forced = machines
     log = Log(held, forced)
@@ -78,14 +90,10 @@ def test_a_held_capture_waits_for_the_next_hand_off_and_sees_the_captured_offset
 
 
 def test_a_reader_syncing_meanwhile_releases_the_held_capture(machines):
-    held, forced = machines
-    log = Log(held)
-    setup_w3(log)
-    _feed(log, 0, 11)
-    writer = held.snapshot()
+    held, _ = machines
+    writer = _captured(held, 11)
     held.sync()  # e.g. a review reader: every applied row goes to DuckDB, the capture's first
-    view = writer._cursor.result(result_timeout_s)
-    assert view.execute("SELECT count(*) FROM runs").fetchone() == (11,)
+    assert _runs(writer._cursor.result(result_timeout_s)) == (11,)
     writer.close()
 
 
@@ -93,12 +101,8 @@ def test_with_no_hand_off_coming_the_flusher_stops_waiting(tmp_path, monkeypatch
     monkeypatch.setattr(buffer, "handoff_entries", 1_000)
     m = RunnerStateMachine(tmp_path / "m", engine=BruteForceW1Engine(), capture_wait_s=0.05)
     try:
-        log = Log(m)
-        setup_w3(log)
-        _feed(log, 0, 3)
-        writer = m.snapshot()  # no entry follows: only the wait's end hands the rows off
-        view = writer._cursor.result(result_timeout_s)
-        assert view.execute("SELECT count(*) FROM runs").fetchone() == (3,)
+        writer = _captured(m, 3)  # no entry follows: only the wait's end hands the rows off
+        assert _runs(writer._cursor.result(result_timeout_s)) == (3,)
         writer.close()
     finally:
         m.close()
@@ -106,12 +110,8 @@ def test_with_no_hand_off_coming_the_flusher_stops_waiting(tmp_path, monkeypatch
 
 def test_a_capture_without_a_wait_hands_off_at_once(machines):
     _, forced = machines
-    log = Log(forced)
-    setup_w3(log)
-    _feed(log, 0, 11)
-    writer = forced.snapshot()
+    writer = _captured(forced, 11)
     assert forced._buffer.current.rows() == 0
-    view = writer._view()
-    assert view.execute("SELECT count(*) FROM runs").fetchone() == (11,)
+    assert _runs(writer._view()) == (11,)
     writer.close()
 

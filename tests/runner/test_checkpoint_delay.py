@@ -25,15 +25,19 @@ def test_a_follower_waits_the_base_delay_and_a_cluster_leader_longer(tmp_path):
     assert chosen.checkpoint_write_delay(is_leader=False) == 0.0
 
 
+def _wait_for_delay(svc, delay_s: float) -> None:
+    deadline = time.monotonic() + settle_timeout_s
+    while time.monotonic() < deadline and svc.checkpointer.write_delay_s != delay_s:
+        time.sleep(0.05)
+
+
 def test_a_node_that_leads_gives_its_checkpointer_the_leaders_delay(tmp_path):
     settings = Settings(data_dir=tmp_path, port=8996, tick_interval_ms=50,
                         checkpoint_write_delay_s=0.5, checkpoint_leader_write_delay_s=2.5)
     app = create_app(settings=settings)
     with TestClient(app):
         svc = app.state.service
-        deadline = time.monotonic() + settle_timeout_s
-        while time.monotonic() < deadline and svc.checkpointer.write_delay_s != 3.0:
-            time.sleep(0.05)
+        _wait_for_delay(svc, 3.0)
         assert svc.node.is_leader
         assert svc.checkpointer.write_delay_s == 3.0
 
@@ -47,9 +51,7 @@ def test_the_delay_follows_the_role_without_waiting_for_housekeeping(tmp_path):
     app = create_app(settings=settings)
     with TestClient(app):
         svc = app.state.service
-        deadline = time.monotonic() + settle_timeout_s
-        while time.monotonic() < deadline and svc.checkpointer.write_delay_s != 3.0:
-            time.sleep(0.05)
+        _wait_for_delay(svc, 3.0)
         assert svc.node.is_leader and svc.checkpointer.write_delay_s == 3.0
         svc.node.election.stop()  # the embedded election deposes its node
         assert not svc.node.is_leader
