@@ -146,8 +146,7 @@ class Checkpointer:
         self.on_mismatch = on_mismatch
         self.write_delay_s = write_delay_s
         self.full_every = full_every  # deltas between two full checkpoints (0: never a delta)
-        # A base's chain (full_every + 1) and the newest ones retention keeps.
-        self.known = KnownManifests(full_every + 1 + retain) if known is None else known
+        self.known = KnownManifests.for_writer(full_every, retain) if known is None else known
         self._closing = threading.Event()  # cuts a write's delay short
         self.digests: collections.OrderedDict[int, str] = collections.OrderedDict()
         self.stats = CheckpointerStats()

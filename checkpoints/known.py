@@ -37,6 +37,11 @@ class KnownManifests:
             tuple[str, int], tuple[Manifest, bytes | None]] = collections.OrderedDict()
         self._lock = threading.Lock()  # the checkpoint thread writes, a restore may read
 
+    @classmethod
+    def for_writer(cls, full_every: int, retain: int) -> KnownManifests:
+        """Room for a base's chain (``full_every + 1``) and the newest ones retention keeps."""
+        return cls(full_every + 1 + retain)
+
     def __len__(self) -> int:
         return len(self._by_key)
 

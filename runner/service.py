@@ -85,8 +85,7 @@ class Service:
         # the checkpoint, and duplicates of entries before it, stay ignored on replay.
         # The manifests the restore reads stay known to the checkpointer: its first delta on
         # the restored chain reads none of them again.
-        known = checkpoints.KnownManifests(
-            s.checkpoint_full_every + 1 + s.checkpoint_retain)
+        known = checkpoints.KnownManifests.for_writer(s.checkpoint_full_every, s.checkpoint_retain)
         manifest = checkpoints.restore_newest(store, self.sm, key=key, known=known)
         start_offset = 0 if manifest is None else manifest.offset + 1
         start_writer_id = -1 if manifest is None else manifest.writer_id
