@@ -205,7 +205,7 @@ class HotPath:
             answer(*INTERNAL_ERROR)
             return
         if all(_settled(v) for v in reply.runs):  # the common case: nothing to wait for
-            _answer_json(answer, ops.event_answer(self.svc, order, reply, reply.runs))
+            _answer_body(answer, ops.event_answer_json(self.svc, order, reply, reply.runs))
         elif waits is None:
             asyncio.ensure_future(self._order_waits(order, reply, answer))
         else:  # called on the node's thread: the run waits on the given loop
@@ -214,7 +214,7 @@ class HotPath:
     async def _order_waits(self, order: ops.EventOrder, reply: Any, answer: Answer) -> None:
         try:
             views = await self.svc.wait_runs(reply.runs, order.deadline_at)
-            _answer_json(answer, ops.event_answer(self.svc, order, reply, views))
+            _answer_body(answer, ops.event_answer_json(self.svc, order, reply, views))
         except Exception:
             log.exception("order %s failed", order.event["event_id"])
             answer(*INTERNAL_ERROR)
@@ -328,8 +328,7 @@ async def _send_json(send: Any, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _answer_json(answer: Answer, value: Any) -> None:
-    body = orjson.dumps(value)
+def _answer_body(answer: Answer, body: bytes) -> None:
     answer(200, [*_JSON_HEADERS, (b"content-length", str(len(body)).encode())], body)
 
 

@@ -20,7 +20,7 @@ from runner.state import digest, entries, queries
 from runner.state.effects import Reply, RunChanged, StoreRun
 from runner.state.machine import RunnerStateMachine
 from runner.state.steps import Step, path_dicts
-from runner.state.views import presented, sentence
+from runner.state.views import presented, presented_encodable, sentence
 from tests.runner.fakes import BruteForceW1Engine
 from tests.runner.test_digest import history
 from tests.runner.test_hot_resume import FlushingLog
@@ -64,6 +64,9 @@ def check_run(m: RunnerStateMachine, run: dict) -> None:
     view = presented(run)
     assert "explanation" not in run  # apply built no presentation
     assert view["explanation"] == [sentence(s) for s in view["path"]]
+    # the hot path's answer writes the steps' own JSON: byte for byte the view's
+    assert orjson.dumps(presented_encodable(run)) == orjson.dumps(view)
+    assert presented_encodable(view) is view
     for step in run["path"]:
         if isinstance(step, Step):
             assert step.to_json() == orjson.dumps(step.as_dict())  # byte for byte: the digest
