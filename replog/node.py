@@ -95,6 +95,11 @@ reader_stall_s = 5.0
 # not its own up to there: records of an append whose outcome it never learned, or of a newer
 # writer (ZooKeeper deposes it then too, but a paused process learns that late).
 leader_idle_probe_s = 1.0
+# How often a busy loop fails the requests whose deadline passed: every deadline is popped
+# from the core's heap once due (a settled request's too), so expiring on every turn took the
+# node's lock and popped about one deadline per order; this takes them in batches and fires a
+# timeout at most this much late (an idle loop is as late: ``poll_timeout_s``).
+expire_every_s = 0.01
 
 
 class Checkpointer(Protocol):
@@ -396,15 +401,19 @@ class Node:
 
     def _loop(self) -> None:
         self._read_at = self._progress_at = self._probed_at = time.monotonic()
+        expire_at = 0.0
         try:
             while self._running:
                 if self.core.role is Role.FOLLOWER:
                     self._follow()
                 else:
                     self._lead()
-                with self._lock:
-                    completions = self.core.expire(self.clock())
-                self._resolve(completions)
+                now = time.monotonic()
+                if now >= expire_at:
+                    expire_at = now + expire_every_s
+                    with self._lock:
+                        completions = self.core.expire(self.clock())
+                    self._resolve(completions)
         except BaseException as e:  # a failing apply must stop the node, not skip an entry
             log.exception("node loop failed")
             self.failure = e
@@ -601,9 +610,12 @@ class Node:
         return True
 
     def _publish(self) -> None:
-        with self._applied_cv:
-            self._applied = self.core.applied_offset
-            self._applied_cv.notify_all()
+        # The condition only when someone waits (nearly never on a leader): a waiter counts
+        # itself under it before it tests ``_applied``, so it sees this offset or is notified.
+        self._applied = self.core.applied_offset
+        if self._waiters:
+            with self._applied_cv:
+                self._applied_cv.notify_all()
 
     def _sleep_backoff(self) -> None:
         time.sleep(self._backoff)
@@ -685,7 +697,8 @@ class Node:
                 settled = self._take(completions) if completions else None
             if settled:
                 _deliver(settled)
-            self._note_role()  # leading once its LeaderStarted applied
+            if self._leading is not (self.core.role is Role.LEADER):
+                self._note_role()  # leading once its LeaderStarted applied
         if self.on_effects is not None:
             self.on_effects(step.entry, effects)
         if self.checkpointer is not None:
