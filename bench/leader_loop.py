@@ -19,6 +19,7 @@ the loop makes per order), so the table says what the loop spends per order besi
     PYTHONPATH=. python bench/leader_loop.py                  # 5,000 orders at 1,000/s
     PYTHONPATH=. python bench/leader_loop.py --parts          # + each part of the loop
     PYTHONPATH=. python bench/leader_loop.py --repeats 3 --orders 4000
+    PYTHONPATH=. python bench/leader_loop.py --burst 4       # orders arriving 4 at a time
 
 Every figure is NOISY on a shared machine: compare builds interleaved (A B B A).
 """
@@ -136,8 +137,9 @@ class Driver:
         if self.answered >= self.expect:
             self.done.set()
 
-    def run(self, items: list[bytes], rate: float) -> tuple[int, float]:
-        """(driver thread CPU ns, wall s) for serving ``items``."""
+    def run(self, items: list[bytes], rate: float, burst: int = 1) -> tuple[int, float]:
+        """(driver thread CPU ns, wall s) for serving ``items``, ``burst`` at a time (back
+        to back, every ``burst / rate`` s)."""
         self.answered, self.expect = 0, len(items)
         self.done.clear()
         out: list = []
@@ -148,7 +150,7 @@ class Driver:
             t0 = time.thread_time_ns()
             start = time.monotonic()
             for i, body in enumerate(items):
-                due = start + i * interval
+                due = start + (i - i % burst) * interval
                 now = time.monotonic()
                 if due > now:
                     time.sleep(due - now)
@@ -170,7 +172,7 @@ def threads_by_name() -> dict[str, int]:
 
 
 def measure(service: Any, driver: Driver, items: list[bytes], rate: float,
-            parts: dict[str, Timed]) -> dict[str, float]:
+            parts: dict[str, Timed], burst: int = 1) -> dict[str, float]:
     names = threads_by_name()
     loop = next(i for n, i in names.items() if n.startswith("replog-loop"))
     watched = {"replog-loop": loop}
@@ -181,7 +183,7 @@ def measure(service: Any, driver: Driver, items: list[bytes], rate: float,
     before = {n: cpu_ns(c) for n, c in clocks.items()}
     for p in parts.values():
         p.reset()
-    front_ns, wall = driver.run(items, rate)
+    front_ns, wall = driver.run(items, rate, burst)
     time.sleep(0.3)  # the writer's and the flusher's work of the last orders
     after = {n: cpu_ns(c) for n, c in clocks.items()}
     n = len(items)
@@ -222,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--parts", action="store_true", help="time each part of the loop too")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--burst", type=int, default=1,
+                    help="orders arriving together (same rate): what the loop saves when it "
+                         "applies more than one per wakeup")
     args = ap.parse_args(argv)
 
     import asyncio
@@ -239,9 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for r in range(args.repeats):
             items = bodies(args.orders, args.seed + 10 + r, f"{tag}r{r}")
-            rows.append(measure(service, driver, items, args.rate, parts))
+            rows.append(measure(service, driver, items, args.rate, parts, args.burst))
         print(f"statuses: {driver.statuses}")
-        print(f"µs of thread CPU per order, {args.orders} orders at {args.rate:.0f}/s, "
+        print(f"µs of thread CPU per order, {args.orders} orders at {args.rate:.0f}/s "
+              f"({args.burst} at a time), "
               f"{args.repeats} repeat(s) (NOISY):")
         for k in rows[0]:
             vals = [row[k] for row in rows]
