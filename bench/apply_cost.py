@@ -13,6 +13,10 @@ how much of apply is the engine. No HTTP, no log I/O: ``bench/api_cost.py`` meas
     .venv/bin/python bench/apply_cost.py --profile    # where the CPU goes (cProfile, top 25)
     .venv/bin/python bench/apply_cost.py --serving-gc # the collector as a serving node sets it
     .venv/bin/python bench/apply_cost.py --store      # + the run-store writer's work per run
+    .venv/bin/python bench/apply_cost.py --canary --serving-gc  # late wakeups of a canary
+                                                      # thread during each flush, and the
+                                                      # flusher's and apply thread's CPU
+                                                      # (bench/flush_gil.py)
     .venv/bin/python bench/apply_cost.py --app        # W3 scored by an outside app: each
                                                       # order that called it is followed by
                                                       # its AppCompleted
@@ -219,6 +223,19 @@ def run_engine_alone(datas: list[dict]) -> float:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def _canary(report: Report, feed: Feed, measured_from: int, orders: int, repeats: int,
+            serving_gc: bool, rt: bool) -> None:
+    from bench import flush_gil
+
+    rows = [flush_gil.run(feed, measured_from, serving_gc, rt) for _ in range(repeats)]
+    for i, r in enumerate(rows):
+        report.add(what=f"repeat {i + 1}{', serving gc' if serving_gc else ''}"
+                        f"{', SCHED_FIFO' if rt else ''}",
+                   **{k: round(v, 2) for k, v in r.items()})
+    report.write(["what", "orders", "flushes", "flush_ms", "late_per_flush", "late_max_ms",
+                  "late_per_quiet", "quiet_max_ms", "flusher_us", "apply_us"])
+
+
 def feed_parser(description: str) -> argparse.ArgumentParser:
     """The options of a benchmark over ``build_feed``'s orders: --quick, --orders, --repeats,
     --seed (``bench/follower_loop.py`` shares them)."""
@@ -247,16 +264,24 @@ def main() -> None:
     ap.add_argument("--store", action="store_true",
                     help="also the leader's run-store writer per run before the wire (its "
                          "record, HBase mutations and their Thrift encoding)")
+    ap.add_argument("--rt", action="store_true",
+                    help="with --canary: the canary and the flusher under SCHED_FIFO (root)")
+    ap.add_argument("--canary", action="store_true",
+                    help="a canary thread's late wakeups during each flush, apply and flush "
+                         "taking turns (bench/flush_gil.py), and each thread's CPU per order")
     args = ap.parse_args()
     if args.serving_gc:
         gcpolicy.for_serving()
     orders = args.orders or (5_000 if args.quick else 50_000)
     repeats = args.repeats or (1 if args.quick else 3)
     report = Report(("apply_cost_app_all" if args.answer_all else "apply_cost_app") if args.app
-                    else "apply_cost", args.quick)
+                    else "apply_cost_canary" if args.canary else "apply_cost", args.quick)
     feed, measured_from, datas = build_feed(orders, args.seed, app=args.app,
                                             answer_all=args.answer_all,
                                             confirm_every=args.confirm_every)
+    if args.canary:
+        _canary(report, feed, measured_from, orders, repeats, args.serving_gc, args.rt)
+        return
     cpu, on_thread, wall, engine = [], [], [], []
     for _ in range(repeats):
         c, t, w, _ = run_apply(feed, measured_from, profile=False, serving_gc=args.serving_gc)

@@ -16,10 +16,13 @@ visible.
 
 from __future__ import annotations
 
+import array
+import itertools
 import logging
 import queue
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent import futures
@@ -55,6 +58,11 @@ handoff_rows_max = 32_768
 # shorter: a generation's fixed cost (~15-20 ms) over the few orders a low rate brings in a
 # few seconds is tens of µs per order (at 500 W3 orders/s the size bound comes first, ~6 s).
 handoff_log_ms_max = 30_000
+# The flusher converts a generation to Arrow a slice of rows at a time (a few hundred µs of
+# the GIL each), giving the GIL away for ``pause_s`` once it held it ``hold_s`` (``Pacer``).
+slice_rows = 256
+hold_s = 0.0005
+pause_s = 0.00005
 generations_in_flight_max = 16  # back-pressure: apply waits beyond this (~262,000 rows)
 _HELD = object()  # queued when a capture's work is held for the next hand-off (``when_landed``)
 
@@ -64,7 +72,8 @@ RUN_FIELDS = ("run_id", "event_id", "event_type", "workflow_id", "version", "sta
 STEP_FIELDS = ("run_id", "seq", "node_id", "node_kind", "edge_id", "next_node_id", "trace", "ts")
 # Columns apply stages as the run's own dicts (never changed once staged: a later version of a
 # run is a new row of new dicts) and the flusher writes as JSON text, off the apply thread; a
-# step's trace is staged as its JSON already (bytes: ``runner.state.steps``).
+# step's trace is staged as its JSON already (bytes: ``runner.state.steps``), which the flusher
+# copies into Arrow's text as it is.
 RUN_JSON_COLUMNS = tuple(RUN_FIELDS.index(f) for f in ("event", "metrics", "scores", "apps"))
 STEP_JSON_COLUMNS = (STEP_FIELDS.index("trace"),)
 SEEN_FIELDS = ("event_id", "event_type", "offset_", "ts")
@@ -434,21 +443,23 @@ class RowBuffer:
 
 
 def _write(cur: duckdb.DuckDBPyConnection, gen: _Generation) -> None:
+    pacer = Pacer()
     cur.execute("BEGIN TRANSACTION")
     try:
         if gen.seen_expired:
             _register(cur, ("event_id",), [(e,) for e in gen.seen_expired])
             cur.execute("DELETE FROM events_seen WHERE event_id IN (SELECT event_id FROM _rows)")
             cur.unregister("_rows")
-        _insert(cur, "events_seen", SEEN_FIELDS, list(gen.seen.values()), "INSERT")
+        _insert(cur, "events_seen", SEEN_FIELDS, list(gen.seen.values()), "INSERT", (), pacer)
         for verb, runs in _by_verb(gen):
-            _insert(cur, "runs", RUN_FIELDS, runs, verb, RUN_JSON_COLUMNS)
+            _insert(cur, "runs", RUN_FIELDS, runs, verb, RUN_JSON_COLUMNS, pacer)
         # A run is decided by one entry only (a decided run is never resumed): always new
-        _insert(cur, "decisions", DECISION_FIELDS, list(gen.decisions.values()), "INSERT")
-        _insert(cur, "steps", STEP_FIELDS, gen.steps, "INSERT", STEP_JSON_COLUMNS)
+        _insert(cur, "decisions", DECISION_FIELDS, list(gen.decisions.values()), "INSERT", (),
+                pacer)
+        _insert(cur, "steps", STEP_FIELDS, gen.steps, "INSERT", STEP_JSON_COLUMNS, pacer)
         for verb, tasks in _tasks_by_verb(gen):
-            _insert(cur, "app_tasks", TASK_FIELDS, tasks, verb)
-        _insert(cur, "outbox", OUTBOX_FIELDS, gen.outbox, "INSERT OR IGNORE")
+            _insert(cur, "app_tasks", TASK_FIELDS, tasks, verb, (), pacer)
+        _insert(cur, "outbox", OUTBOX_FIELDS, gen.outbox, "INSERT OR IGNORE", (), pacer)
         if gen.stored:
             # A confirmation names the offset of a version apply wrote, so the run's offset_ is
             # at least that: the bound on offset_ lets DuckDB's zone maps skip every row group
@@ -519,11 +530,39 @@ def _evict(cur: duckdb.DuckDBPyConnection, runs: list[tuple[str, int, int]]) -> 
         cur.unregister("_rows")
 
 
+class Pacer:
+    """Gives the GIL away once the flusher held it ``hold_s`` (wall time: a thread descheduled
+    while it holds the GIL holds it too). A generation's conversion to Arrow is ~10-30 ms of
+    Python and pyarrow calls that keep the GIL; a thread of the node wanting it meanwhile (the
+    HTTP front, the apply loop) waited for the switch interval (5 ms) each time, or for a whole
+    pyarrow call. Giving it away takes a real sleep: a thread that releases the GIL and asks
+    for it at once mostly gets it back before a waiting thread wakes up."""
+
+    __slots__ = ("_since",)
+
+    def __init__(self) -> None:
+        self._since = time.perf_counter()
+
+    def __call__(self) -> None:
+        if time.perf_counter() - self._since >= hold_s:
+            time.sleep(pause_s)
+            self._since = time.perf_counter()
+
+
 def _json_column(values: tuple) -> pa.Array:
-    """Staged dicts as JSON text (text already staged as it is, JSON staged as bytes decoded),
-    in one comprehension: a Python call per value around orjson's was a third
-    of the flusher's Python time. (Arrow takes orjson's bytes as strings too, but checks each
-    one on a slow path: 8x slower.)"""
+    """A column of JSON documents as text. Staged JSON bytes (orjson's: valid UTF-8) become
+    the array's data as they are, in one copy, their lengths its offsets (``pa.array`` of
+    bytes checks each value on a slow path, 8x slower than of text). Otherwise (dicts, text)
+    in one comprehension: a Python call per value around orjson's was a third of the flusher's
+    Python time."""
+    try:
+        data = b"".join(values)
+    except TypeError:  # not all bytes
+        data = None
+    if data is not None and len(data) < 1 << 31:  # Arrow's string offsets are 32 bits
+        offsets = array.array("i", itertools.accumulate(map(len, values), initial=0))
+        return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets),
+                                           pa.py_buffer(data))
     dumps = orjson.dumps
     return pa.array([v if v.__class__ is str else v.decode() if v.__class__ is bytes
                      else dumps(v).decode() for v in values], type=pa.string())
@@ -553,9 +592,17 @@ def _column(values: tuple, arrow_type: pa.DataType | None) -> pa.Array:
 
 
 def _arrow(fields: tuple[str, ...], rows: list[tuple], json_columns: tuple[int, ...] = (),
-           types: tuple[pa.DataType, ...] | None = None) -> pa.Table:
+           types: tuple[pa.DataType, ...] | None = None, pacer: Pacer | None = None) -> pa.Table:
     """``rows`` as an Arrow table; the staged dicts of ``json_columns`` become JSON text (a
-    column at a time: no row is rebuilt)."""
+    column at a time: no row is rebuilt). With a ``pacer`` (the flusher's) and declared
+    ``types``, a slice of rows at a time, the pacer giving the GIL away between columns."""
+    if pacer is not None and types is not None and len(rows) > slice_rows:
+        try:
+            return pa.Table.from_batches(
+                [_batch(fields, rows[at:at + slice_rows], json_columns, types, pacer)
+                 for at in range(0, len(rows), slice_rows)])
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            pass  # a value of another type: one table, each column's type inferred as a whole
     columns: list = list(zip(*rows, strict=True))
     for i in json_columns:
         columns[i] = _json_column(columns[i])
@@ -564,15 +611,28 @@ def _arrow(fields: tuple[str, ...], rows: list[tuple], json_columns: tuple[int, 
                      for f, c, t in zip(fields, columns, types, strict=True)})
 
 
+def _batch(fields: tuple[str, ...], rows: list[tuple], json_columns: tuple[int, ...],
+           types: tuple[pa.DataType, ...], pacer: Pacer) -> pa.RecordBatch:
+    """One slice of rows, every column of its declared type (else Arrow raises)."""
+    columns: list = list(zip(*rows, strict=True))
+    arrays = []
+    for i, (values, arrow_type) in enumerate(zip(columns, types, strict=True)):
+        pacer()
+        arrays.append(_json_column(values) if i in json_columns
+                      else pa.array(values, type=arrow_type))
+    return pa.RecordBatch.from_arrays(arrays, names=list(fields))
+
+
 def _register(cur: duckdb.DuckDBPyConnection, fields: tuple[str, ...], rows: list[tuple],
               json_columns: tuple[int, ...] = (),
-              types: tuple[pa.DataType, ...] | None = None) -> None:
+              types: tuple[pa.DataType, ...] | None = None, pacer: Pacer | None = None) -> None:
     """Register ``rows`` as ``_rows`` (``_arrow``)."""
-    cur.register("_rows", _arrow(fields, rows, json_columns, types))
+    cur.register("_rows", _arrow(fields, rows, json_columns, types, pacer))
 
 
 def _insert(cur: duckdb.DuckDBPyConnection, table: str, fields: tuple[str, ...],
-            rows: list[tuple], verb: str, json_columns: tuple[int, ...] = ()) -> None:
+            rows: list[tuple], verb: str, json_columns: tuple[int, ...] = (),
+            pacer: Pacer | None = None) -> None:
     """Write ``rows`` (every column of ``table``, in its order) with ``verb``. A plain INSERT
     goes through a relation on the Arrow table: registering it by name, a statement over it
     and unregistering it cost ~0.2-0.35 ms of CPU more per statement (DuckDB 2.0's Python
@@ -580,9 +640,10 @@ def _insert(cur: duckdb.DuckDBPyConnection, table: str, fields: tuple[str, ...],
     if not rows:
         return
     if verb == "INSERT":
-        cur.from_arrow(_arrow(fields, rows, json_columns, _TYPES[table])).insert_into(table)
+        cur.from_arrow(_arrow(fields, rows, json_columns, _TYPES[table], pacer)).insert_into(
+            table)
         return
-    _register(cur, fields, rows, json_columns, _TYPES[table])
+    _register(cur, fields, rows, json_columns, _TYPES[table], pacer)
     try:
         cur.execute(f"{verb} INTO {table} ({', '.join(fields)}) SELECT * FROM _rows")
     finally:

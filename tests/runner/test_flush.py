@@ -6,6 +6,7 @@ same digest, whatever confirmations, resumed runs and earlier generations the ge
 from __future__ import annotations
 
 import duckdb
+import orjson
 import pyarrow as pa
 import pytest
 
@@ -30,7 +31,18 @@ def count(con: CountingConnection, start: str) -> int:
     return sum(1 for sql in con.statements if sql.startswith(start))
 
 
-def test_a_generation_is_written_as_a_replica_flushing_every_entry_writes_it(tmp_path):
+@pytest.fixture(params=["whole", "sliced"])
+def slicing(request, monkeypatch):
+    """As the flusher converts a generation of a node's size: a slice of rows at a time, the
+    GIL given away before each column (here slices of 2 rows, a pause before every column)."""
+    if request.param == "sliced":
+        monkeypatch.setattr(buffer, "slice_rows", 2)
+        monkeypatch.setattr(buffer, "hold_s", 0.0)
+        monkeypatch.setattr(buffer, "pause_s", 0.0)
+    return request.param
+
+
+def test_a_generation_is_written_as_a_replica_flushing_every_entry_writes_it(tmp_path, slicing):
     hot, flushed = node(tmp_path, "hot"), node(tmp_path, "flushed")
     log = FlushingLog(hot, flushed, flushing=flushed)
     setup_w3(log, scorer="demo_score")  # runs wait for the score app: they can be resumed
@@ -149,3 +161,52 @@ def test_a_generation_that_fails_to_write_leaves_no_row():
     for table in ("events_seen", "decisions", "outbox"):
         assert con.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,), table
     con.close()
+
+
+def test_a_sliced_conversion_gives_the_gil_away_and_writes_the_same_rows(monkeypatch):
+    """Rows of many slices, with JSON documents staged as dicts, bytes and text, and one value
+    of another type (a float in a BIGINT column, in the last slice only): the same rows as the
+    conversion of the whole table at once, and the flusher paused between the slices' columns."""
+    monkeypatch.setattr(buffer, "slice_rows", 3)
+    monkeypatch.setattr(buffer, "hold_s", 0.0)
+    pauses = []
+    monkeypatch.setattr(buffer.time, "sleep", pauses.append)
+    steps = [(f"r-{i}", i, "n", "score", None, "end",
+              [b'{"a":%d}' % i, {"b": [i, "\u00e9\n"]}, '{"c":1}'][i % 3], 100 + i)
+             for i in range(10)]
+    runs_of_bytes = [step[:6] + (b'{"t":"%d"}' % step[1], step[7]) for step in steps]
+    floats = [*runs_of_bytes[:-1], runs_of_bytes[-1][:7] + (109.0,)]
+    for rows in (steps, runs_of_bytes, floats):
+        whole, sliced = (duckdb.connect(":memory:") for _ in range(2))
+        for con in (whole, sliced):
+            schema.create(con)
+        buffer._insert(whole, "steps", buffer.STEP_FIELDS, rows, "INSERT",
+                       buffer.STEP_JSON_COLUMNS)
+        pauses.clear()
+        buffer._insert(sliced, "steps", buffer.STEP_FIELDS, rows, "INSERT",
+                       buffer.STEP_JSON_COLUMNS, buffer.Pacer())
+        assert len(pauses) >= len(buffer.STEP_FIELDS) * 3  # before each column of each slice
+        query = "SELECT * FROM steps ORDER BY seq"
+        assert sliced.execute(query).fetchall() == whole.execute(query).fetchall()
+        sliced.close()
+    assert [t for (t,) in whole.execute("SELECT trace FROM steps ORDER BY seq").fetchall()] == \
+        [b'{"t":"%d"}'.decode() % i for i in range(10)]  # the last rows: bytes copied as text
+    whole.close()
+    text = {bytes: bytes.decode, dict: lambda d: orjson.dumps(d).decode(), str: str}
+    first = duckdb.connect(":memory:")
+    schema.create(first)
+    buffer._insert(first, "steps", buffer.STEP_FIELDS, steps, "INSERT", buffer.STEP_JSON_COLUMNS,
+                   buffer.Pacer())
+    assert [t for (t,) in first.execute("SELECT trace FROM steps ORDER BY seq").fetchall()] == \
+        [text[step[6].__class__](step[6]) for step in steps]
+    first.close()
+
+
+def test_json_bytes_are_copied_into_arrow_as_the_text_they_encode():
+    docs = [orjson.dumps(d) for d in ({"a": "\u00e9\u2603"}, [], {"n": None, "x": 1.5})]
+    column = buffer._json_column(tuple(docs))
+    assert column.type == pa.string()
+    assert column.to_pylist() == [d.decode() for d in docs]
+    column.validate(full=True)  # offsets and UTF-8 as Arrow checks them
+    mixed = buffer._json_column((docs[0], {"b": 2}, '{"c":3}'))
+    assert mixed.to_pylist() == [docs[0].decode(), '{"b":2}', '{"c":3}']
