@@ -535,8 +535,8 @@ class Pacer:
     while it holds the GIL holds it too). A generation's conversion to Arrow is ~10-30 ms of
     Python and pyarrow calls that keep the GIL; a thread of the node wanting it meanwhile (the
     HTTP front, the apply loop) waited for the switch interval (5 ms) each time, or for a whole
-    pyarrow call. Giving it away takes a real sleep: a thread that releases the GIL and asks
-    for it at once mostly gets it back before a waiting thread wakes up."""
+    pyarrow call. A short sleep, not ``sleep(0)``: a thread that releases the GIL and asks for
+    it at once may get it back before a waiting thread woke (``docs/latency.md``)."""
 
     __slots__ = ("_since",)
 
