@@ -328,8 +328,12 @@ def run_batched(n: int, repeats: int, arrow: bool = False, queries: list[str] | 
                 warm_ms: int = 0, columnar: bool = True) -> dict:
     """In a fresh process: the engine's ``ingest_many`` over Arrow columns, batch by batch,
     its values back as lists, or (``arrow``) as Arrow columns. ``check``: the values of the
-    first ``check`` events (first repeat) must equal, value and type, those the engine gives
-    one event per call (itself checked against the naive peer by ``parity``). ``warm_ms``:
+    first ``check`` events must equal, value and type, those the engine gives one event per
+    call (itself checked against the naive peer by ``parity``); they come from a pass of
+    their own before the timed ones (same engine settings, same batches, deterministic), so
+    the timed passes drop each call's columns as the per-call runs drop each call's dict:
+    keeping them would put fresh memory, a page fault every ~2 events at 240 columns, in
+    the timed CPU (``metrics_w1_misaligned``'s batched row before). ``warm_ms``:
     batches fed before the clock starts cover that much data time (else a fifth of them).
     ``columnar`` false: the reservoir stores every chunk as JSON, as before columnar frames
     (the A/B peer)."""
@@ -347,17 +351,26 @@ def run_batched(n: int, repeats: int, arrow: bool = False, queries: list[str] | 
     set_lazy(lazy_min)
     gc.freeze()
     rates, cpu_rates, kept, splits = [], [], [], []
-    for r in range(repeats):
+
+    def engine(tmp: str):
+        eng = Engine(tmp, cache_entries_max=CACHE_ENTRIES)
+        for q in texts:
+            eng.define(q)
+        eng._plan.streams["payments"].core.columnar = columnar
+        return eng
+
+    if check:
         with tempfile.TemporaryDirectory() as tmp:
-            eng = Engine(tmp, cache_entries_max=CACHE_ENTRIES)
-            for q in texts:
-                eng.define(q)
-            eng._plan.streams["payments"].core.columnar = columnar
-            warm = (-(-warm_cut(ts, warm_ms) // batch) if warm_ms else len(batches) // 5)
+            eng = engine(tmp)
+            for t, c in batches[:-(-min(check, n) // batch)]:
+                kept.append(eng.ingest_many("payments", t, c, arrow=arrow))
+            eng.close()
+    warm = (-(-warm_cut(ts, warm_ms) // batch) if warm_ms else len(batches) // 5)
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            eng = engine(tmp)
             for t, c in batches[:warm]:
-                out = eng.ingest_many("payments", t, c, arrow=arrow)
-                if r == 0 and len(kept) * batch < check:
-                    kept.append(out)
+                eng.ingest_many("payments", t, c, arrow=arrow)
             done = 0
             eng.sync()
             split = CpuSplit()
@@ -365,8 +378,6 @@ def run_batched(n: int, repeats: int, arrow: bool = False, queries: list[str] | 
             for t, c in batches[warm:]:
                 out = eng.ingest_many("payments", t, c, arrow=arrow)
                 done += len(next(iter(out.values())))
-                if r == 0 and len(kept) * batch < check:
-                    kept.append(out)  # a reference: the check reads it after the clock stops
             rates.append(done / (time.perf_counter() - t0))
             eng.sync()  # the writer's CPU for these events is theirs
             cpu_rates.append(done / max(1e-9, time.process_time() - c0))
