@@ -451,7 +451,11 @@ impl Entry {
 
     /// The ring index of view `v`'s one closed bucket when that bucket is raw.
     fn one_raw(&self, wins: &[Win], v: usize) -> Option<usize> {
-        let w = &wins[v];
+        self.one_raw_win(&wins[v])
+    }
+
+    /// `one_raw` of the view whose window is `w`.
+    fn one_raw_win(&self, w: &Win) -> Option<usize> {
         (w.states.is_empty() && w.n() == 1 && self.ring[w.lo].is_raw()).then_some(w.lo)
     }
 
@@ -696,6 +700,13 @@ fn roll_win(w: &mut Win, ring: &std::collections::VecDeque<Bucket>, kinds: &[Kin
 pub fn roll(e: &mut Entry, wins: &mut [Win], kinds: &[Kind], hop: &Hop, views: &[View], b: i64,
             spare: &mut Spare) -> u64 {
     if e.at == b {
+        return 0;
+    }
+    if e.ring.is_empty() {
+        // No bucket (a new key's entry, before its first event goes in): every window is
+        // empty over an empty ring (`lo == hi == 0`, no states), and nothing rolls.
+        debug_assert!(wins.iter().all(|w| w.lo == 0 && w.hi == 0 && w.states.is_empty()));
+        e.at = e.at.max(b);
         return 0;
     }
     let mut work = 0;
@@ -1089,6 +1100,9 @@ impl GroupTable {
         let Some(hop) = self.hop else { return true };
         let (nv, i) = (self.views.len(), id as usize);
         let e = self.entries[i].as_mut().expect("live entry");
+        if e.at == b && !e.ring.is_empty() {
+            return true; // rolled to `b` already (every read of a key after its event) and live
+        }
         let wins = &mut self.wins[i * nv..(i + 1) * nv];
         self.rolls += roll(e, wins, &self.kinds, &hop, &self.views, b, &mut self.spare_slots);
         if entry_dead(e, wins) {
@@ -1108,8 +1122,7 @@ impl GroupTable {
             return;
         }
         let e = self.entries[id as usize].as_ref().expect("live entry");
-        let (nv, i) = (self.views.len(), id as usize);
-        if let Some(lo) = e.one_raw(&self.wins[i * nv..(i + 1) * nv], view) {
+        if let Some(lo) = e.one_raw_win(&self.wins[id as usize * self.views.len() + view]) {
             let bk = &e.ring[lo];
             if self.read_id == id && self.read_idx == bk.idx && self.read_tick == self.tick {
                 return;
