@@ -7,6 +7,7 @@ demo model; every other outside work becomes an effect.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import workflows
@@ -91,14 +92,18 @@ def context(run: dict, data: dict[str, Any] | None = None,
     """The step context of a run; ``data`` is ``event_data(run, compiled)`` when the caller
     has it. It holds the run's own score and app dicts (read only by the walk), so it sees
     what the caller adds to them in place."""
-    return _context(event_data(run, compiled) if data is None else data, run["scores"],
-                    run["metrics"], run["apps"])
+    if data is None:  # event_data(run, compiled), inline (once per walk)
+        event = run["event"]
+        data = event["data"]
+        if "event_id" not in data and (compiled is None or compiled.reads_event_id):
+            data = {**data, "event_id": event["event_id"]}
+    return _context(data, run["scores"], run["metrics"], run["apps"])
 
 
 WEBHOOK_SENT = workflows.WEBHOOK_SENT  # what a webhook node's output reads: not awaited
 
 
-def advance(compiled: CompiledWorkflow, ctx: StepContext, node_id: str) -> Walk:
-    """The one walk (``workflows.advance``): the backtest walks with it too. A node whose
-    output says ``timed_out`` takes its default edge, whatever its criteria would say."""
-    return workflows.advance(compiled, ctx, node_id)
+# The one walk, ``advance(compiled, ctx, node_id) -> Walk``: the backtest walks with it too. A
+# node whose output says ``timed_out`` takes its default edge, whatever its criteria would
+# say. The function itself, not a wrapper: two Python calls fewer per order.
+advance: Callable[[CompiledWorkflow, StepContext, str], Walk] = workflows.advance

@@ -458,6 +458,7 @@ class RunnerStateMachine:
         """Walk from ``run['node_id']`` with the one walk of ``workflows`` (the backtest's too)
         until a decision or outside work; a built-in score is answered here and walked on."""
         effects: list[Any] = []
+        stage = self._stage
         # One context for every round: it holds the run's own scores and apps dicts, which a
         # round changes in place only (a score answered here, a webhook sent)
         ctx = flows.context(run, compiled=compiled)
@@ -465,8 +466,13 @@ class RunnerStateMachine:
             walk = flows.advance(compiled, ctx, run["node_id"])
             if walk.webhooks:
                 before = [node_of(s) for s in run["path"]]
-            for result in walk.steps:
-                self._record_step(run, result, entry.ts)
+            path, ts = run["path"], entry.ts
+            for result in walk.steps:  # each step as a fact (``runner.state.steps``): no dict
+                seq = len(path)  # is built here; its row holds the step's JSON bytes (the
+                step = Step(result, seq, ts)  # digest hashes them now, the flusher stores
+                path.append(step)  # their text)
+                stage.steps.append((run["run_id"], seq, result.node_id, result.node_kind,
+                                    result.edge_id, result.next_node_id, step.to_json(), ts))
             for work in walk.webhooks:  # fired on the way, never awaited
                 at = next(i for i, s in enumerate(walk.steps) if s.next_node_id == work.node_id)
                 path = before + [s.node_id for s in walk.steps[:at + 1]]
@@ -475,9 +481,9 @@ class RunnerStateMachine:
             node = run["node_id"] = walk.node_id
             if walk.decision is not None:
                 run["state"], run["decision"] = "decided", walk.decision.action
-                self._stage.decisions[run["run_id"]] = (
+                stage.decisions[run["run_id"]] = (
                     run["run_id"], walk.decision.action, entry.ts, entry.offset)
-                self.finished.decided(self._stage, entry.ts, entry.offset, run["run_id"],
+                self.finished.decided(stage, entry.ts, entry.offset, run["run_id"],
                                       run["event_id"])
                 return effects
             work = walk.waiting
@@ -491,16 +497,6 @@ class RunnerStateMachine:
             run["waiting_for"] = "review" if work.kind == "review_queue" else "app"
             return effects
         raise InvariantViolation(f"run {run['run_id']} exceeded {steps_per_run_max} walks")
-
-    def _record_step(self, run: dict, result: Any, ts: int) -> None:
-        """The step as a fact (``runner.state.steps``): no dict is built here. Its row holds
-        the step's JSON bytes (the digest hashes them now, the flusher stores their text)."""
-        path = run["path"]
-        seq = len(path)
-        step = Step(result, seq, ts)
-        path.append(step)
-        self._stage.steps.append((run["run_id"], seq, result.node_id, result.node_kind,
-                                   result.edge_id, result.next_node_id, step.to_json(), ts))
 
     def _open_task(self, run: dict, node: str, info: Any, entry: Any) -> Any:
         deadline = entry.ts + info.timeout_ms
