@@ -463,30 +463,31 @@ class RunnerStateMachine:
         # round changes in place only (a score answered here, a webhook sent)
         ctx = flows.context(run, compiled=compiled)
         for _ in range(steps_per_run_max):  # each round passes at least one node
-            walk = flows.advance(compiled, ctx, run["node_id"])
-            if walk.webhooks:
+            # the walk's fields unpacked at once: a named tuple's attribute is a descriptor
+            # looked up on its type at each read
+            steps, node, decision, work, webhooks = flows.advance(compiled, ctx, run["node_id"])
+            if webhooks:
                 before = [node_of(s) for s in run["path"]]
             path, ts = run["path"], entry.ts
-            for result in walk.steps:  # each step as a fact (``runner.state.steps``): no dict
+            for result in steps:  # each step as a fact (``runner.state.steps``): no dict
                 seq = len(path)  # is built here; its row holds the step's JSON bytes (the
                 step = Step(result, seq, ts)  # digest hashes them now, the flusher stores
                 path.append(step)  # their text)
                 stage.steps.append((run["run_id"], seq, result.node_id, result.node_kind,
                                     result.edge_id, result.next_node_id, step.to_json(), ts))
-            for work in walk.webhooks:  # fired on the way, never awaited
-                at = next(i for i, s in enumerate(walk.steps) if s.next_node_id == work.node_id)
-                path = before + [s.node_id for s in walk.steps[:at + 1]]
-                effects.append(self._webhook(run, work.node_id, work, path))
-                run["apps"][work.node_id] = dict(flows.WEBHOOK_SENT)
-            node = run["node_id"] = walk.node_id
-            if walk.decision is not None:
-                run["state"], run["decision"] = "decided", walk.decision.action
+            for hook in webhooks:  # fired on the way, never awaited
+                at = next(i for i, s in enumerate(steps) if s.next_node_id == hook.node_id)
+                passed = before + [s.node_id for s in steps[:at + 1]]
+                effects.append(self._webhook(run, hook.node_id, hook, passed))
+                run["apps"][hook.node_id] = dict(flows.WEBHOOK_SENT)
+            run["node_id"] = node
+            if decision is not None:
+                run["state"], run["decision"] = "decided", decision.action
                 stage.decisions[run["run_id"]] = (
-                    run["run_id"], walk.decision.action, entry.ts, entry.offset)
+                    run["run_id"], decision.action, entry.ts, entry.offset)
                 self.finished.decided(stage, entry.ts, entry.offset, run["run_id"],
                                       run["event_id"])
                 return effects
-            work = walk.waiting
             if flows.is_builtin_scorer(work):
                 result = flows.builtin_result(work, run["event"]["data"])
                 run["apps"][node] = result
