@@ -1,6 +1,8 @@
 """Effects returned by ``apply``: data describing I/O that only the leader performs.
 
 Every effect is idempotent and can be rebuilt from state after a failover (``redrive``).
+The two apply builds for every order (``Reply``, ``StoreRun``) have slots: no instance dict
+each.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reply:
     """Answer the request waiting for this entry (the API reads it from ``Applied.effects``).
     ``runs`` are the runs as apply left them (``runner.state.views.presented`` presents one)."""
@@ -29,7 +31,7 @@ class RunChanged:
     run: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StoreRun:
     """Write this version of the run to the run store. Holds the run as apply left it (never
     changed afterwards); the ``RunRecord`` dict is built only where the store is written."""
