@@ -185,8 +185,18 @@ def parse_callgrind(path: Path) -> tuple[dict[str, int], dict[str, dict[str, int
     events: list[str] = []
     totals: dict[str, int] = {}
     self_cost: dict[str, dict[str, int]] = {}
-    fn = ""
+    fn = ob = ""
     skip_next = False
+    objects: dict[str, str] = {}  # function -> its object file
+    obnames: dict[str, str] = {}
+
+    def obname(ref: str) -> str:
+        m = re.match(r"\((\d+)\)(?: (.*))?", ref)
+        if m is None:
+            return ref
+        if m.group(2) is not None:
+            obnames[m.group(1)] = m.group(2)
+        return obnames.get(m.group(1), ref)
 
     def name(ref: str) -> str:
         m = re.match(r"\((\d+)\)(?: (.*))?", ref)
@@ -210,13 +220,25 @@ def parse_callgrind(path: Path) -> tuple[dict[str, int], dict[str, dict[str, int
                 skip_next = True
             elif line.startswith("fn="):
                 fn = name(line[3:].strip())
-            elif line.startswith(("cfn=", "cfi=", "cfl=", "fl=", "fi=", "fe=")):
+                if fn not in objects:
+                    objects[fn] = ob
+            elif line.startswith("ob="):
+                ob = Path(obname(line[3:].strip())).name
+            elif line.startswith(("cfn=", "cob=", "cfi=", "cfl=", "fl=", "fi=", "fe=")):
                 if line.startswith("cfn="):
                     name(line[4:].strip())
+                elif line.startswith("cob="):
+                    obname(line[4:].strip())
             elif line.startswith("events:"):
                 events = line.split()[1:]
             elif line.startswith(("summary:", "totals:")):
                 totals = dict(zip(events, map(int, line.split()[1:]), strict=False))
+    by_object: dict[str, dict[str, int]] = {}
+    for f, costs in self_cost.items():
+        into = by_object.setdefault(objects.get(f, "?"), {})
+        for e, v in costs.items():
+            into[e] = into.get(e, 0) + v
+    self_cost.update({f"[{o}]": c for o, c in by_object.items()})
     return totals, self_cost
 
 
@@ -241,9 +263,17 @@ def run_callgrind(args: argparse.Namespace) -> None:
     allocs = sum(self_cost.get(f, {}).get("Ir", 0) for f in ALLOCATORS) / WRAPPER_IR
     print(f"  Python allocations {allocs / orders:,.0f} (PyObject_Malloc, PyMem_Malloc, "
           "PyObject_Calloc calls)")
+    objects = {f: c for f, c in self_cost.items() if f.startswith("[")}
+    print("  by object file (per order):  ILmr    DLmr    DLmw      Ir")
+    for f, c in sorted(objects.items(), key=lambda kv: -sum(kv[1].get(e, 0) for e in
+                                                          ("ILmr", "DLmr", "DLmw")))[:8]:
+        print(f"    {f[1:-1][:28]:28} {c.get('ILmr', 0) / orders:7,.0f} "
+              f"{c.get('DLmr', 0) / orders:7,.0f} {c.get('DLmw', 0) / orders:7,.0f} "
+              f"{c.get('Ir', 0) / orders:9,.0f}")
     for e in ("DLmr", "DLmw", "ILmr"):
         print(f"  {e} by function (per order):")
-        ranked = sorted(self_cost.items(), key=lambda kv: -kv[1].get(e, 0))[:args.top]
+        ranked = sorted(((f, c) for f, c in self_cost.items() if not f.startswith("[")),
+                        key=lambda kv: -kv[1].get(e, 0))[:args.top]
         for f, costs in ranked:
             print(f"    {costs.get(e, 0) / orders:8,.1f}  {f[:100]}")
     if not args.raw and not args.parse:
