@@ -405,32 +405,31 @@ impl Win {
     }
 }
 
-/// A calendar table's entry of one key: its bucket ring. Its windows, one per view, are
-/// not in it but in the table's flat `wins`, `views.len()` per key id (`GroupTable::wins`),
-/// so a new key's entry allocates no window list; the methods below take them as `wins`.
 #[derive(Clone)]
 pub struct Entry {
     /// Calendar tables: buckets still inside the largest view, oldest first (shared by
     /// every view: an event joins one bucket, not one per window).
     pub ring: std::collections::VecDeque<Bucket>,
+    /// One window per view of the table (`GroupTable::views`), same order.
+    pub wins: Vec<Win>,
     /// The bucket the entry was last rolled to (`i64::MIN`: not known, roll it anyway).
     at: i64,
 }
 
 impl Entry {
     /// Slot `slot`'s state of view `v`'s window: a window of one closed bucket is its partial.
-    pub fn window<'a>(&'a self, wins: &'a [Win], v: usize, slot: usize) -> Option<&'a State> {
-        self.window_states(wins, v).and_then(|s| s.get(slot)).and_then(|s| s.as_ref())
+    pub fn window(&self, v: usize, slot: usize) -> Option<&State> {
+        self.window_states(v).and_then(|s| s.get(slot)).and_then(|s| s.as_ref())
     }
 
     /// Every slot's state of view `v`'s window (see `window`; a slot past the slice has none).
-    pub fn window_states<'a>(&'a self, wins: &'a [Win], v: usize) -> Option<&'a [Option<State>]> {
-        let w = &wins[v];
+    pub fn window_states(&self, v: usize) -> Option<&[Option<State>]> {
+        let w = &self.wins[v];
         if !w.states.is_empty() {
             return Some(w.states.as_slice());
         }
         if w.n() >= 2 {
-            return Some(view_states(wins, v));
+            return Some(self.view_states(v));
         }
         if w.n() == 1 {
             // A raw bucket is given its partials before a read (`GroupTable::readable`).
@@ -439,48 +438,43 @@ impl Entry {
         None
     }
 
+    /// The window states of view `v` when it has two or more closed buckets: its own, or
+    /// those of the view over the same buckets it shares (see `roll`); empty otherwise.
+    fn view_states(&self, v: usize) -> &[Option<State>] {
+        let w = &self.wins[v];
+        if !w.states.is_empty() || w.n() < 2 {
+            return &w.states;
+        }
+        self.wins.iter().find(|o| o.lo == w.lo && o.hi == w.hi && !o.states.is_empty())
+            .map_or(&[], |o| &o.states)
+    }
+
     /// Give every window that shares another's states states of its own (before its
     /// views are renumbered or one of them is set from a snapshot).
-    fn unshare(&self, wins: &mut [Win], kinds: &[Kind], spare: &mut Spare) {
-        for w in wins.iter_mut() {
-            if w.states.is_empty() && w.n() >= 2 {
-                refold(w, &self.ring, kinds, spare);
+    fn unshare(&mut self, kinds: &[Kind], spare: &mut Spare) {
+        for v in 0..self.wins.len() {
+            if self.wins[v].states.is_empty() && self.wins[v].n() >= 2 {
+                refold(&mut self.wins[v], &self.ring, kinds, spare);
             }
         }
     }
 
     /// The ring index of view `v`'s one closed bucket when that bucket is raw.
-    fn one_raw(&self, wins: &[Win], v: usize) -> Option<usize> {
-        self.one_raw_win(&wins[v])
-    }
-
-    /// `one_raw` of the view whose window is `w`.
-    fn one_raw_win(&self, w: &Win) -> Option<usize> {
+    fn one_raw(&self, v: usize) -> Option<usize> {
+        let w = &self.wins[v];
         (w.states.is_empty() && w.n() == 1 && self.ring[w.lo].is_raw()).then_some(w.lo)
     }
 
     /// Views whose window holds states apart from its buckets' partials.
-    pub fn held(&self, wins: &[Win]) -> usize {
-        if self.ring.is_empty() { 0 } else { wins.iter().filter(|w| !w.states.is_empty()).count() }
+    pub fn held(&self) -> usize {
+        if self.ring.is_empty() { 0 } else { self.wins.iter().filter(|w| !w.states.is_empty()).count() }
     }
 
     /// Whether view `v` has nothing: no bucket from its window's start on, no states.
-    fn view_dead(&self, wins: &[Win], v: usize) -> bool {
-        let w = &wins[v];
+    fn view_dead(&self, v: usize) -> bool {
+        let w = &self.wins[v];
         self.ring.len() <= w.lo && w.states.iter().all(|s| s.as_ref().is_none_or(|s| s.empty()))
     }
-}
-
-/// The window states of view `v` (of an entry's `wins`) when it has two or more closed
-/// buckets: its own, or those of the view over the same buckets it shares (see `roll`);
-/// empty otherwise.
-fn view_states(wins: &[Win], v: usize) -> &[Option<State>] {
-    let w = &wins[v];
-    if !w.states.is_empty() || w.n() < 2 {
-        return &w.states;
-    }
-    wins.iter().find(|o| o.lo == w.lo && o.hi == w.hi && !o.states.is_empty())
-        .map_or(&[], |o| &o.states)
 }
 
 /// One calendar window of a table: the table keeps the buckets once (its `hop.m` is the
@@ -697,22 +691,22 @@ fn roll_win(w: &mut Win, ring: &std::collections::VecDeque<Bucket>, kinds: &[Kin
 /// rolls over the shared ring), then drop the buckets no view holds any more. O(1) when the
 /// entry is at `b` already (every window of a key read after its event). Returns the bucket
 /// operations done.
-pub fn roll(e: &mut Entry, wins: &mut [Win], kinds: &[Kind], hop: &Hop, views: &[View], b: i64,
-            spare: &mut Spare) -> u64 {
+pub fn roll(e: &mut Entry, kinds: &[Kind], hop: &Hop, views: &[View], b: i64, spare: &mut Spare)
+            -> u64 {
     if e.at == b {
         return 0;
     }
     if e.ring.is_empty() {
         // No bucket (a new key's entry, before its first event goes in): every window is
         // empty over an empty ring (`lo == hi == 0`, no states), and nothing rolls.
-        debug_assert!(wins.iter().all(|w| w.lo == 0 && w.hi == 0 && w.states.is_empty()));
+        debug_assert!(e.wins.iter().all(|w| w.lo == 0 && w.hi == 0 && w.states.is_empty()));
         e.at = e.at.max(b);
         return 0;
     }
     let mut work = 0;
-    for i in 0..wins.len().min(views.len()) {
-        let (lo, hi) = rolled_range(&wins[i], &e.ring, views[i].m, b);
-        let (done, rest) = wins.split_at_mut(i);
+    for i in 0..e.wins.len().min(views.len()) {
+        let (lo, hi) = rolled_range(&e.wins[i], &e.ring, views[i].m, b);
+        let (done, rest) = e.wins.split_at_mut(i);
         let w = &mut rest[0];
         if hi - lo >= 2 && done.iter().any(|o| o.lo == lo && o.hi == hi && !o.states.is_empty()) {
             // Over the same buckets as a smaller view already rolled (W2's 28, 182 and 392
@@ -729,7 +723,7 @@ pub fn roll(e: &mut Entry, wins: &mut [Win], kinds: &[Kind], hop: &Hop, views: &
             work += roll_win(w, &e.ring, kinds, views[i].m, b, spare);
         }
     }
-    let gone = match wins.iter().map(|w| w.lo).min() {
+    let gone = match e.wins.iter().map(|w| w.lo).min() {
         Some(lo) => lo,
         // No view (a table read from a snapshot for a group no metric uses): its own width.
         None => e.ring.iter().take_while(|bk| bk.idx < b - hop.m).count(),
@@ -739,7 +733,7 @@ pub fn roll(e: &mut Entry, wins: &mut [Win], kinds: &[Kind], hop: &Hop, views: &
         spare.give(front.parts);
         spare.give_raw(front.raw);
     }
-    for w in wins.iter_mut() {
+    for w in e.wins.iter_mut() {
         w.lo -= gone;
         w.hi -= gone;
     }
@@ -750,9 +744,9 @@ pub fn roll(e: &mut Entry, wins: &mut [Win], kinds: &[Kind], hop: &Hop, views: &
     work
 }
 
-fn entry_dead(e: &Entry, wins: &[Win]) -> bool {
+fn entry_dead(e: &Entry) -> bool {
     e.ring.is_empty()
-        && wins.iter().all(|w| w.states.iter().all(|s| s.as_ref().is_none_or(|s| s.empty())))
+        && e.wins.iter().all(|w| w.states.iter().all(|s| s.as_ref().is_none_or(|s| s.empty())))
 }
 
 /// One group node's states, indexed by the key ids of its key space (`space`, an index into
@@ -773,10 +767,6 @@ pub struct GroupTable {
     pub kinds: Vec<Kind>,
     pub inputs: Vec<Input>,
     entries: Vec<Option<Entry>>, // by key id (calendar tables)
-    /// Calendar tables: every entry's windows, one per view, flat by key id (`id *
-    /// views.len() + view`), as long as `entries` times the views: a new key's windows are
-    /// there already (no list to allocate), and a freed key's stay, emptied, for the next.
-    wins: Vec<Win>,
     /// Plain tables: where the states are. Attached (`Some(col)`): in the key space's record
     /// slab (slab.rs), id's record from `col`; detached (while a plan changes, or a scratch
     /// table): in `flat`, by `id * width + slot`.
@@ -837,7 +827,7 @@ const SWEEP_EVERY: u32 = 8;
 impl GroupTable {
     pub fn new(space: usize) -> GroupTable {
         GroupTable { space, hop: None, rolls: 0, sweep: 0, sweep_tick: 0, sids: vec![], kinds: vec![],
-                     inputs: vec![], entries: vec![], wins: vec![], col: None, flat: vec![], present: vec![], live: 0,
+                     inputs: vec![], entries: vec![], col: None, flat: vec![], present: vec![], live: 0,
                      spare: vec![], spare_slots: Spare::default(), read_id: u32::MAX,
                      read_idx: 0, read_tick: 0, read_parts: vec![], tick: 0, views: vec![],
                      fed: false, unfilled: vec![], fresh: Default::default() }
@@ -892,10 +882,9 @@ impl GroupTable {
             return;
         }
         let Some(Some(e)) = self.entries.get(id as usize) else { return };
-        let wins = self.wins_of(id);
         let (a, b) = e.ring.as_slices();
         if deep <= 1 {
-            prefetch_lines(wins.as_ptr().cast(), std::mem::size_of_val(wins));
+            prefetch_lines(e.wins.as_ptr().cast(), std::mem::size_of_val(e.wins.as_slice()));
             for part in [a, b] {
                 // Up to the 8 last buckets of each half of the ring (the newest, which a roll
                 // takes in, are at the end): a few lines at most.
@@ -905,7 +894,7 @@ impl GroupTable {
             }
             return;
         }
-        for w in wins {
+        for w in &e.wins {
             if !w.states.is_empty() {
                 prefetch_lines(w.states.as_ptr().cast(), std::mem::size_of_val(w.states.as_slice()));
             }
@@ -927,13 +916,12 @@ impl GroupTable {
             return self.states_of(space, id)[slot].as_ref();
         }
         let e = self.entries.get(id as usize).and_then(|e| e.as_ref())?;
-        let wins = self.wins_of(id);
-        if let Some(lo) = e.one_raw(wins, view) {
+        if let Some(lo) = e.one_raw(view) {
             assert!(id == self.read_id && e.ring[lo].idx == self.read_idx
                     && self.read_tick == self.tick, "a raw bucket read without readable()");
             return self.read_parts.get(slot).and_then(|p| p.as_ref());
         }
-        e.window(wins, view, slot)
+        e.window(view, slot)
     }
 
     /// Every slot's window state of key id `id` in view `view` (`window` for all slots at
@@ -952,13 +940,12 @@ impl GroupTable {
         let Some(e) = self.entries.get(id as usize).and_then(|e| e.as_ref()) else {
             return (None, i64::MIN);
         };
-        let wins = self.wins_of(id);
-        if let Some(lo) = e.one_raw(wins, view) {
+        if let Some(lo) = e.one_raw(view) {
             assert!(id == self.read_id && e.ring[lo].idx == self.read_idx
                     && self.read_tick == self.tick, "a raw bucket read without readable()");
             return (Some(self.read_parts.as_slice()), self.read_idx);
         }
-        (e.window_states(wins, view), i64::MIN)
+        (e.window_states(view), i64::MIN)
     }
 
     /// The states of key id `id` (a plain table's).
@@ -1008,20 +995,17 @@ impl GroupTable {
             return;
         }
         let mut entry = self.spare.pop().unwrap_or_else(|| Entry {
-            ring: Default::default(), at: i64::MIN });
+            ring: Default::default(), wins: vec![], at: i64::MIN });
         entry.ring.clear();
         entry.at = i64::MIN;
+        entry.wins.resize_with(self.views.len(), Win::default);
+        for w in entry.wins.iter_mut() {
+            w.lo = 0;
+            w.hi = 0; // states: given back when the entry was freed
+        }
         self.tick += 1;
-        let nv = self.views.len();
         if i >= self.entries.len() {
             self.entries.resize_with(i + 1, || None);
-            // New ids' windows: empty ones, made in place.
-            self.wins.resize_with((i + 1) * nv, Win::default);
-        } else {
-            for w in self.wins[i * nv..(i + 1) * nv].iter_mut() {
-                w.lo = 0;
-                w.hi = 0; // states: given back when the entry was freed
-            }
         }
         self.entries[i] = Some(entry);
         self.live += 1;
@@ -1037,12 +1021,6 @@ impl GroupTable {
 
     pub fn entry(&self, id: u32) -> &Entry {
         self.entries[id as usize].as_ref().expect("live entry")
-    }
-
-    /// Key id `id`'s windows (calendar tables), one per view.
-    pub fn wins_of(&self, id: u32) -> &[Win] {
-        let (nv, i) = (self.views.len(), id as usize);
-        &self.wins[i * nv..(i + 1) * nv]
     }
 
     /// The slots' kinds and inputs beside a plain table's states of key id `id` (disjoint
@@ -1098,14 +1076,12 @@ impl GroupTable {
     /// whether it is still live.
     pub fn roll(&mut self, id: u32, b: i64, space: Option<&mut KeySpace>) -> bool {
         let Some(hop) = self.hop else { return true };
-        let (nv, i) = (self.views.len(), id as usize);
-        let e = self.entries[i].as_mut().expect("live entry");
+        let e = self.entries[id as usize].as_mut().expect("live entry");
         if e.at == b && !e.ring.is_empty() {
             return true; // rolled to `b` already (every read of a key after its event) and live
         }
-        let wins = &mut self.wins[i * nv..(i + 1) * nv];
-        self.rolls += roll(e, wins, &self.kinds, &hop, &self.views, b, &mut self.spare_slots);
-        if entry_dead(e, wins) {
+        self.rolls += roll(e, &self.kinds, &hop, &self.views, b, &mut self.spare_slots);
+        if entry_dead(e) {
             self.remove(id, space);
             return false;
         }
@@ -1122,7 +1098,7 @@ impl GroupTable {
             return;
         }
         let e = self.entries[id as usize].as_ref().expect("live entry");
-        if let Some(lo) = e.one_raw_win(&self.wins[id as usize * self.views.len() + view]) {
+        if let Some(lo) = e.one_raw(view) {
             let bk = &e.ring[lo];
             if self.read_id == id && self.read_idx == bk.idx && self.read_tick == self.tick {
                 return;
@@ -1199,19 +1175,17 @@ impl GroupTable {
         let n = self.sids.len();
         self.fed = true;
         self.tick += 1;
-        let nv = self.views.len();
         let e = self.entries[id as usize].as_mut().expect("live entry");
-        let wins = &mut self.wins[id as usize * nv..(id as usize + 1) * nv];
         let spare = &mut self.spare_slots;
         // Not freed: the event joins it.
-        self.rolls += roll(e, wins, &self.kinds, &hop, &self.views, bi, spare);
+        self.rolls += roll(e, &self.kinds, &hop, &self.views, bi, spare);
         let at = match e.ring.back() {
             Some(b) if b.idx == bi => e.ring.len() - 1,
             Some(b) if b.idx > bi => match e.ring.binary_search_by_key(&bi, |b| b.idx) {
                 Ok(i) => i,
                 Err(i) => {
                     e.ring.insert(i, Bucket { idx: bi, raw: vec![], parts: spare.take(n) });
-                    for w in wins.iter_mut() {
+                    for w in e.wins.iter_mut() {
                         if i < w.lo {
                             w.lo += 1;
                             w.hi += 1;
@@ -1265,10 +1239,8 @@ impl GroupTable {
     /// Recompute every entry's window states from its closed buckets (after filling a new
     /// slot out of order).
     pub fn rebuild(&mut self) {
-        let nv = self.views.len();
-        for (e, wins) in self.entries.iter().zip(self.wins.chunks_exact_mut(nv.max(1))) {
-            let Some(e) = e else { continue };
-            for w in wins.iter_mut().take(nv) {
+        for e in self.entries.iter_mut().flatten() {
+            for w in e.wins.iter_mut() {
                 refold(w, &e.ring, &self.kinds, &mut self.spare_slots);
             }
         }
@@ -1283,13 +1255,12 @@ impl GroupTable {
             None => self.window(space, id, view, slot).cloned(),
             Some(hop) => {
                 let mut e = self.entry(id).clone();
-                let mut wins = self.wins_of(id).to_vec();
                 let mut spare = self.spare_slots.layout();
-                roll(&mut e, &mut wins, &self.kinds, &hop, &self.views, b, &mut spare);
-                if let Some(lo) = e.one_raw(&wins, view) {
+                roll(&mut e, &self.kinds, &hop, &self.views, b, &mut spare);
+                if let Some(lo) = e.one_raw(view) {
                     make_parts(&mut e.ring[lo], &self.kinds, &mut spare);
                 }
-                e.window(&wins, view, slot).cloned()
+                e.window(view, slot).cloned()
             }
         }
     }
@@ -1297,9 +1268,7 @@ impl GroupTable {
     /// Calendar windows holding states apart from their buckets' partials (a debug
     /// counter: tests check that a window of one closed bucket is not held twice).
     pub fn held_windows(&self) -> usize {
-        (0..self.entries.len() as u32)
-            .filter_map(|id| self.entries[id as usize].as_ref().map(|e| e.held(self.wins_of(id))))
-            .sum()
+        self.entries.iter().flatten().map(|e| e.held()).sum()
     }
 
     /// Buckets keeping their events raw (a debug counter: tests check that a bucket of a few
@@ -1353,11 +1322,8 @@ impl GroupTable {
                 self.spare_slots.give(bk.parts);
                 self.spare_slots.give_raw(bk.raw);
             }
-            let nv = self.views.len();
-            let i = id as usize;
-            for w in self.wins[i * nv..(i + 1) * nv].iter_mut() {
+            for w in e.wins.iter_mut() {
                 self.spare_slots.give(std::mem::take(&mut w.states));
-                (w.lo, w.hi) = (0, 0);
             }
             if self.spare.len() < SPARE_MAX {
                 self.spare.push(e); // its ring and windows' vectors, for the next new key
@@ -1410,15 +1376,13 @@ impl GroupTable {
             return;
         }
         let mut dead = vec![];
-        let nv = self.views.len();
         for (id, e) in self.entries.iter_mut().enumerate() {
             if let Some(e) = e {
                 for b in e.ring.iter_mut() {
                     // Partials of the old slots, before they are mapped to the new ones.
                     make_parts(b, &self.kinds, &mut self.spare_slots);
                 }
-                let wins = &mut self.wins[id * nv..(id + 1) * nv];
-                for w in wins.iter_mut().filter(|w| !w.states.is_empty()) {
+                for w in e.wins.iter_mut().filter(|w| !w.states.is_empty()) {
                     let mut old: Vec<Option<State>> = std::mem::take(&mut w.states);
                     w.states = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
                 }
@@ -1426,7 +1390,7 @@ impl GroupTable {
                     let mut old: Vec<Option<State>> = std::mem::take(&mut b.parts);
                     b.parts = map.iter().map(|m| m.and_then(|i| old[i].take())).collect();
                 }
-                if entry_dead(e, wins) {
+                if entry_dead(e) {
                     dead.push(id as u32);
                 }
             }
@@ -1473,22 +1437,18 @@ impl GroupTable {
                 }
             }
         }
-        // The flat windows laid out anew, `views.len()` per id.
-        let (onv, nv) = (self.views.len(), views.len());
-        let mut all = std::mem::take(&mut self.wins);
-        self.wins = Vec::with_capacity(self.entries.len() * nv);
-        for (i, e) in self.entries.iter_mut().enumerate() {
-            let old = &mut all[i * onv..(i + 1) * onv];
-            let Some(e) = e else {
-                self.wins.resize_with((i + 1) * nv, Win::default);
-                continue;
-            };
-            e.unshare(old, &self.kinds, &mut self.spare_slots);
-            self.wins.extend(map.iter().map(|m| m.map_or_else(Win::default, |j| std::mem::take(&mut old[j]))));
-            for w in old.iter_mut() {
-                self.spare_slots.give(std::mem::take(&mut w.states));
+        for e in self.entries.iter_mut().flatten() {
+            e.unshare(&self.kinds, &mut self.spare_slots);
+            let mut old = std::mem::take(&mut e.wins);
+            e.wins = map.iter().map(|m| m.map_or_else(Win::default, |i| std::mem::take(&mut old[i])))
+                .collect();
+            for w in old {
+                self.spare_slots.give(w.states);
             }
             e.at = i64::MIN;
+        }
+        for e in self.spare.iter_mut() {
+            e.wins.clear();
         }
         if let Some(h) = self.hop.as_mut() {
             h.m = views.iter().map(|v| v.m).max().unwrap_or(h.m);
@@ -1506,10 +1466,10 @@ impl GroupTable {
                     *p = None;
                 }
             }
-        }
-        for w in self.wins.iter_mut() {
-            if let Some(p) = w.states.get_mut(slot) {
-                *p = None;
+            for w in e.wins.iter_mut() {
+                if let Some(p) = w.states.get_mut(slot) {
+                    *p = None;
+                }
             }
         }
         self.tick += 1;
@@ -1606,17 +1566,15 @@ impl GroupTable {
             .into_iter()
             .filter(|(_, id)| {
                 let e = self.entry(*id);
-                let wins = self.wins_of(*id);
-                if view < wins.len() { !e.view_dead(wins, view) } else { !entry_dead(e, wins) }
+                if view < e.wins.len() { !e.view_dead(view) } else { !entry_dead(e) }
             })
             .collect();
         out.u32(kept.len() as u32);
         for (k, id) in kept {
             out.buf.extend_from_slice(&k);
             let e = self.entry(id);
-            let wins = self.wins_of(id);
-            let w = wins.get(view).unwrap_or(&none);
-            let states = if view < wins.len() { view_states(wins, view) } else { &w.states };
+            let w = e.wins.get(view).unwrap_or(&none);
+            let states = if view < e.wins.len() { e.view_states(view) } else { &w.states };
             for &j in &slots {
                 write_state(out, strings, states.get(j).and_then(|s| s.as_ref()), digest);
             }
@@ -1657,7 +1615,6 @@ impl GroupTable {
         t.live = self.live;
         if self.hop.is_some() {
             t.entries = self.entries.clone();
-            t.wins = self.wins.clone();
             return t;
         }
         t.present = self.present.clone();
@@ -1750,11 +1707,9 @@ impl GroupTable {
                 buckets.push((idx, parts));
             }
             let kinds = self.kinds.clone();
-            let (nv, i) = (self.views.len(), id as usize);
-            let e = self.entries[i].as_mut().expect("live entry");
+            let e = self.entries[id as usize].as_mut().expect("live entry");
             e.at = i64::MIN;
-            merge_view(e, &mut self.wins[i * nv..(i + 1) * nv], view, buckets, absorbed.min(nb),
-                       states, &kinds, &mut self.spare_slots);
+            merge_view(e, view, buckets, absorbed.min(nb), states, &kinds, &mut self.spare_slots);
         }
         Ok(())
     }
@@ -1777,9 +1732,9 @@ fn write_state(out: &mut Out, strings: &Interner, s: Option<&State>, digest: boo
 /// with the states read (the fold of its buckets when the ring holds others between them:
 /// views written apart, at different rolls). Views with nothing read roll into their window
 /// from the ring at the next roll.
-fn merge_view(e: &mut Entry, wins: &mut [Win], view: usize, buckets: Vec<(i64, Vec<Option<State>>)>,
-              absorbed: usize, states: Vec<Option<State>>, kinds: &[Kind], spare: &mut Spare) {
-    e.unshare(wins, kinds, spare);
+fn merge_view(e: &mut Entry, view: usize, buckets: Vec<(i64, Vec<Option<State>>)>, absorbed: usize,
+              states: Vec<Option<State>>, kinds: &[Kind], spare: &mut Spare) {
+    e.unshare(kinds, spare);
     let mut places = Vec::with_capacity(buckets.len());
     for (idx, parts) in buckets {
         match e.ring.binary_search_by_key(&idx, |b| b.idx) {
@@ -1799,7 +1754,7 @@ fn merge_view(e: &mut Entry, wins: &mut [Win], view: usize, buckets: Vec<(i64, V
                 for p in places.iter_mut().filter(|p| **p >= i) {
                     *p += 1;
                 }
-                for (v, w) in wins.iter_mut().enumerate() {
+                for (v, w) in e.wins.iter_mut().enumerate() {
                     if v == view {
                         continue;
                     }
@@ -1815,10 +1770,10 @@ fn merge_view(e: &mut Entry, wins: &mut [Win], view: usize, buckets: Vec<(i64, V
             }
         }
     }
-    if view >= wins.len() {
+    if view >= e.wins.len() {
         return; // a table with no views (a group no metric uses): only its buckets matter
     }
-    let w = &mut wins[view];
+    let w = &mut e.wins[view];
     spare.give(std::mem::take(&mut w.states));
     match places.first() {
         None => {
