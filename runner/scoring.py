@@ -27,10 +27,7 @@ def _text(part: Any) -> str:
 def _unit(a: Any, b: Any, c: Any) -> float:
     """A stable pseudo-random number in [0, 1) from the given fields (None as "", joined by
     \\x1f): apply scores every order with it, so no generic join."""
-    # _text of each, inline (three calls an order)
-    raw = (f"{'' if a is None else a if a.__class__ is str else str(a)}\x1f"
-           f"{'' if b is None else b if b.__class__ is str else str(b)}\x1f"
-           f"{'' if c is None else c if c.__class__ is str else str(c)}").encode()
+    raw = f"{_text(a)}\x1f{_text(b)}\x1f{_text(c)}".encode()
     return _from_bytes(_blake2b(raw, digest_size=4).digest(), "big") / 2**32
 
 

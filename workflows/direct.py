@@ -30,7 +30,7 @@ from typing import Any
 
 from lark import Token, Tree
 
-from workflows.activation import ReadPlan, StepContext
+from workflows.activation import ReadPlan, StepContext, flat_values
 
 UNSURE = object()  # the criterion's value is CEL's to tell
 Fn = Callable[[Mapping[str, Any]], Any]  # flat variable name -> value; a value or UNSURE
@@ -74,30 +74,23 @@ def direct_variables(plan: ReadPlan, ctx: StepContext) -> dict[str, Any] | None:
     value outside the subset: the node then goes through CEL whole, whose activation may
     fail on it (and fails every edge alike)."""
     variables: dict[str, Any] = {}
-    try:  # flat_values's loop, inline: no generator, no tuple per variable
-        for record, app_id, as_double, pairs in plan.groups:
-            source = ctx.apps.get(app_id) if app_id is not None else getattr(ctx, record)
-            if source is None:
-                continue
-            for key, var in pairs:
-                if key not in source:
-                    continue
-                value = source[key]
-                t = value.__class__
-                if t is float:
-                    if not _isfinite(value):
-                        return None
-                elif t is str:
-                    if not value.isascii():
-                        return None
-                elif t is int:
-                    if not _INT_MIN <= value <= _INT_MAX:
-                        return None
-                    if as_double:
-                        value = float(value)  # a score of 85 reads as 85.0
-                elif t is not bool and value is not None:
+    try:
+        for var, value, as_double in flat_values(plan, ctx):
+            t = value.__class__
+            if t is float:
+                if not _isfinite(value):
                     return None
-                variables[var] = value
+            elif t is str:
+                if not value.isascii():
+                    return None
+            elif t is int:
+                if not _INT_MIN <= value <= _INT_MAX:
+                    return None
+                if as_double:
+                    value = float(value)  # a score of 85 reads as 85.0
+            elif t is not bool and value is not None:
+                return None
+            variables[var] = value
     except Exception:  # noqa: BLE001 - odd context data: CEL's activation tells
         return None
     return variables

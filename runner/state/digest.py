@@ -59,15 +59,13 @@ def step_hash(row: tuple) -> int:
     """A steps row as apply stages it, its trace as JSON bytes (``runner.state.steps``):
     hashed as the row holding the object they encode (orjson writes a ``Fragment`` as it is,
     and the bytes are what orjson makes of that object), so a scan's parsed row hashes alike."""
-    data = _dumps(("steps", (*row[:STEP_TRACE], _Fragment(row[STEP_TRACE]),
-                             *row[STEP_TRACE + 1:])))  # row_hash's, inline (one per step)
-    return (_crc32(data) << 32) | _adler32(data)
+    return row_hash("steps", (*row[:STEP_TRACE], _Fragment(row[STEP_TRACE]),
+                              *row[STEP_TRACE + 1:]))
 
 
 def run_hash(row: tuple) -> int:
     """A runs row but its stored_offset (``stored_hash``)."""
-    data = _dumps(("runs", row[:RUN_STORED] + row[RUN_STORED + 1:]))  # row_hash's, inline
-    return (_crc32(data) << 32) | _adler32(data)
+    return row_hash("runs", row[:RUN_STORED] + row[RUN_STORED + 1:])
 
 
 def parsed(row: tuple, json_columns: tuple[int, ...]) -> tuple:

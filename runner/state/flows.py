@@ -92,12 +92,8 @@ def context(run: dict, data: dict[str, Any] | None = None,
     """The step context of a run; ``data`` is ``event_data(run, compiled)`` when the caller
     has it. It holds the run's own score and app dicts (read only by the walk), so it sees
     what the caller adds to them in place."""
-    if data is None:  # event_data(run, compiled), inline (once per walk)
-        event = run["event"]
-        data = event["data"]
-        if "event_id" not in data and (compiled is None or compiled.reads_event_id):
-            data = {**data, "event_id": event["event_id"]}
-    return _context(data, run["scores"], run["metrics"], run["apps"])
+    return _context(event_data(run, compiled) if data is None else data, run["scores"],
+                    run["metrics"], run["apps"])
 
 
 WEBHOOK_SENT = workflows.WEBHOOK_SENT  # what a webhook node's output reads: not awaited

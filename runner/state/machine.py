@@ -468,11 +468,13 @@ class RunnerStateMachine:
             steps, node, decision, work, webhooks = flows.advance(compiled, ctx, run["node_id"])
             if webhooks:
                 before = [node_of(s) for s in run["path"]]
+            # Each step as a fact (``runner.state.steps``), no dict: its row holds the step's
+            # JSON bytes (the digest hashes them now, the flusher stores their text).
             path, ts = run["path"], entry.ts
-            for result in steps:  # each step as a fact (``runner.state.steps``): no dict
-                seq = len(path)  # is built here; its row holds the step's JSON bytes (the
-                step = Step(result, seq, ts)  # digest hashes them now, the flusher stores
-                path.append(step)  # their text)
+            for result in steps:
+                seq = len(path)
+                step = Step(result, seq, ts)
+                path.append(step)
                 stage.steps.append((run["run_id"], seq, result.node_id, result.node_kind,
                                     result.edge_id, result.next_node_id, step.to_json(), ts))
             for hook in webhooks:  # fired on the way, never awaited
