@@ -190,21 +190,20 @@ def parse_callgrind(path: Path) -> tuple[dict[str, int], dict[str, dict[str, int
     objects: dict[str, str] = {}  # function -> its object file
     obnames: dict[str, str] = {}
 
-    def obname(ref: str) -> str:
+    def resolved(ref: str, known: dict[str, str]) -> str:
+        """A compressed name ("(12) name" defines id 12, "(12)" refers to it)."""
         m = re.match(r"\((\d+)\)(?: (.*))?", ref)
         if m is None:
             return ref
         if m.group(2) is not None:
-            obnames[m.group(1)] = m.group(2)
-        return obnames.get(m.group(1), ref)
+            known[m.group(1)] = m.group(2)
+        return known.get(m.group(1), ref)
+
+    def obname(ref: str) -> str:
+        return resolved(ref, obnames)
 
     def name(ref: str) -> str:
-        m = re.match(r"\((\d+)\)(?: (.*))?", ref)
-        if m is None:
-            return ref
-        if m.group(2) is not None:
-            names[m.group(1)] = m.group(2)
-        return names.get(m.group(1), ref)
+        return resolved(ref, names)
 
     with open(path) as f:
         for line in f:

@@ -5,8 +5,8 @@ each time an entry handed a generation to the flusher (``runner.state.buffer.Row
 apply thread waits (the GIL released) until it landed, then stays idle for as long again (a quiet
 window: the machine's own noise, measured in the same moments). Meanwhile a canary thread
 sleeps 0.2 ms in a loop and notes each wakeup more than 1 ms late: a wait that began within a
-flush (from the flusher's start of its write until the generation landed) was for the flusher's GIL, or for a core
-(the quiet windows show how often that happens alone).
+flush (from the flusher's start of its write until the generation landed) was for the
+flusher's GIL, or for a core (the quiet windows show how often that happens alone).
 The flusher's CPU (its thread's clock) and the apply thread's CPU (around each ``apply`` call)
 are reported per order, so that work moved from one to the other shows. On a busy machine the
 canary's wakeups are late for a core as often as for the GIL: ``--rt`` runs the canary and the

@@ -83,7 +83,6 @@ def start_node(data_dir: Path) -> tuple[Any, Any, str]:
     from runner.cli import demo_credentials
     from runner.service import Service
     from runner.settings import Settings
-    from runner.state import queries
 
     settings = Settings()
     gcpolicy.for_serving(settings.gil_switch_ms, freeze_survivors=settings.gc_freeze_survivors,
@@ -91,16 +90,7 @@ def start_node(data_dir: Path) -> tuple[Any, Any, str]:
     service = Service(settings)
     key, _, _ = demo_credentials(settings.data_dir, service.auth)
     service.start()
-    deadline = time.monotonic() + ready_timeout_s
-    while time.monotonic() < deadline:
-        cur = service.reader()
-        try:
-            if queries.workflows(cur):
-                break
-        finally:
-            cur.close()
-        time.sleep(0.1)
-    else:
+    if not service.wait_workflows(ready_timeout_s):
         raise RuntimeError("the demo workflow was not published")
     gcpolicy.settle()
     return service, HotPath(None, service), key

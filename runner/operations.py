@@ -107,21 +107,21 @@ def event_order(svc: Service, event: dict, deadline_ms: int | None,
 
 def event_answer(svc: Service, order: EventOrder, reply: Any, views: list[dict]) -> dict:
     """The answer to an applied order whose runs are ``views`` (as ``wait_runs`` left them)."""
-    runs = [presented(r) for r in views]
-    svc.telemetry.order_answered(runs, (_now_ms() - order.deadline_at + order.deadline_ms)
-                                 / 1000)
-    return {"event_id": order.event["event_id"], "offset": reply.result["offset"],
-            "duplicate": reply.result["duplicate"], "runs": runs}
+    return _answer(svc, order, reply, [presented(r) for r in views])
 
 
 def event_answer_json(svc: Service, order: EventOrder, reply: Any, views: list[dict]) -> bytes:
     """``orjson.dumps(event_answer(...))``, the same bytes, without the path's step dicts
     (``presented_encodable``): the hot path's answer, made on the apply loop."""
-    svc.telemetry.order_answered(views, (_now_ms() - order.deadline_at + order.deadline_ms)
+    return orjson.dumps(_answer(svc, order, reply, [presented_encodable(r) for r in views]))
+
+
+def _answer(svc: Service, order: EventOrder, reply: Any, runs: list[dict]) -> dict:
+    """The answer with ``runs`` as presented, the order counted as answered now."""
+    svc.telemetry.order_answered(runs, (_now_ms() - order.deadline_at + order.deadline_ms)
                                  / 1000)
-    return orjson.dumps({"event_id": order.event["event_id"], "offset": reply.result["offset"],
-                         "duplicate": reply.result["duplicate"],
-                         "runs": [presented_encodable(r) for r in views]})
+    return {"event_id": order.event["event_id"], "offset": reply.result["offset"],
+            "duplicate": reply.result["duplicate"], "runs": runs}
 
 
 def get_run(svc: Service, run_id: str) -> dict:

@@ -241,6 +241,21 @@ class Service:
     def reader(self) -> Any:
         return self.sm.reader()
 
+    def wait_workflows(self, timeout_s: float, poll_s: float = 0.1) -> bool:
+        """Wait until the state holds a published workflow (a new node's demo workflow is
+        published through the log after ``start``); False if none within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            cur = self.reader()
+            try:
+                if queries.workflows(cur):
+                    return True
+            finally:
+                cur.close()
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
+
     # ---------------------------------------------------------------- run waiters
     def _on_effects(self, entry: Any, effects: list[Any]) -> None:
         term = self.node.my_writer_id

@@ -79,19 +79,7 @@ def presented(run: dict) -> dict:
     run store record's view) is returned as it is."""
     if "explanation" in run:
         return run
-    steps = run["path"]
-    path = path_dicts(steps)
-    # (a leader of the former version forwarded views with ``workflow_version`` and no
-    # explanation)
-    version = run["version"] if "version" in run else run["workflow_version"]
-    return {
-        "run_id": run["run_id"], "event_id": run["event_id"], "workflow_id": run["workflow_id"],
-        "workflow_version": version, "state": run["state"], "decision": run["decision"],
-        "node_id": run["node_id"], "waiting_for": run["waiting_for"], "path": path,
-        "metrics": run["metrics"], "scores": run["scores"], "apps": run["apps"],
-        "offset": run["offset"], "started_ts": run["started_ts"],
-        "updated_ts": run["updated_ts"], "explanation": explain(steps),
-    }
+    return _view(run, path_dicts(run["path"]))
 
 
 def presented_encodable(run: dict) -> dict:
@@ -102,8 +90,15 @@ def presented_encodable(run: dict) -> dict:
     building the path's dicts. Not for a reader that looks into the path."""
     if "explanation" in run:
         return run
+    return _view(run, [orjson.Fragment(s.to_json()) if s.__class__ is Step else s
+                       for s in run["path"]])
+
+
+def _view(run: dict, path: list) -> dict:
+    """The presented view of ``run`` with ``path`` as its path."""
     steps = run["path"]
-    path = [orjson.Fragment(s.to_json()) if s.__class__ is Step else s for s in steps]
+    # (a leader of the former version forwarded views with ``workflow_version`` and no
+    # explanation)
     version = run["version"] if "version" in run else run["workflow_version"]
     return {
         "run_id": run["run_id"], "event_id": run["event_id"], "workflow_id": run["workflow_id"],

@@ -13,7 +13,6 @@ from runner.api.app import create_app
 from runner.demo import w3_definition
 from runner.scoring import demo_score
 from runner.settings import Settings
-from runner.state import queries
 
 ready_timeout_s = 60
 
@@ -29,15 +28,7 @@ def api(tmp_path_factory):
         key = svc.auth.create_key("tests")
         for role in ("analyst", "manager", "admin"):
             svc.auth.create_user(role, "pw", role)
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline:
-            cur = svc.reader()
-            try:
-                if queries.workflows(cur):
-                    break
-            finally:
-                cur.close()
-            time.sleep(0.1)
+        svc.wait_workflows(ready_timeout_s)
         client.headers["Authorization"] = f"Bearer {key}"
         yield client, svc
 

@@ -18,7 +18,6 @@ from runner import signing
 from runner.api.app import create_app
 from runner.api.hot import HotPath
 from runner.settings import Settings
-from runner.state import queries
 
 ready_timeout_s = 60
 
@@ -34,15 +33,7 @@ def apps(tmp_path_factory):
         ref_client = TestClient(reference)
         key = svc.auth.create_key("hot-tests")
         svc.auth.create_user("admin", "pw", "admin")
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline:
-            cur = svc.reader()
-            try:
-                if queries.workflows(cur):
-                    break
-            finally:
-                cur.close()
-            time.sleep(0.1)
+        svc.wait_workflows(ready_timeout_s)
         for c in (hot_client, ref_client):
             c.headers["Authorization"] = f"Bearer {key}"
         yield hot_client, ref_client, svc, key

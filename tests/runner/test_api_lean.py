@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 
 import orjson
 import uvicorn
@@ -15,7 +14,6 @@ import uvicorn
 from runner.api.app import create_app
 from runner.api.transport import HttpToolsProtocol
 from runner.settings import Settings
-from runner.state import queries
 
 ready_timeout_s = 60
 
@@ -66,18 +64,6 @@ def _responses(sock: socket.socket, count: int) -> list[tuple[int, dict]]:
     return out
 
 
-def _wait_workflows(svc) -> None:
-    deadline = time.monotonic() + ready_timeout_s
-    while time.monotonic() < deadline:
-        cur = svc.reader()
-        try:
-            if queries.workflows(cur):
-                return
-        finally:
-            cur.close()
-        time.sleep(0.1)
-
-
 def test_orders_are_served_without_asgi_and_the_rest_as_before(tmp_path):
     app = create_app(settings=Settings(data_dir=tmp_path, port=8993,
                                        request_deadline_ms_default=1000))
@@ -96,7 +82,7 @@ def test_orders_are_served_without_asgi_and_the_rest_as_before(tmp_path):
         port = server.servers[0].sockets[0].getsockname()[1]
         svc = app.state.service
         key = svc.auth.create_key("lean-tests")
-        await asyncio.to_thread(_wait_workflows, svc)
+        await asyncio.to_thread(svc.wait_workflows, ready_timeout_s)
 
         def client() -> dict:
             out = {}

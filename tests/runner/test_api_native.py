@@ -35,7 +35,7 @@ from runner.api.transport import HttpToolsProtocol
 from runner.nodes import free_base_port
 from runner.settings import Settings
 from tests.runner.test_api_hot import BAD_BODIES, BAD_REQUESTS
-from tests.runner.test_api_lean import _post, _responses, _wait_workflows
+from tests.runner.test_api_lean import _post, _responses
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVERS = ("uvicorn", "native")
@@ -479,7 +479,7 @@ def test_orders_are_served_by_the_front_the_rest_by_uvicorn(tmp_path, handoff):
         assert front.port, "the front did not start"
         svc = app.state.service
         key = svc.auth.create_key("native-tests")
-        _wait_workflows(svc)
+        svc.wait_workflows(ready_timeout_s)
         url = f"http://127.0.0.1:{front.port}"
         auth = {"Authorization": f"Bearer {key}"}
         r = httpx.post(url + "/v1/events", json=_order("in-1"), headers=auth, timeout=10)

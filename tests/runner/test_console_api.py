@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from runner.api.app import create_app
 from runner.demo import w3_definition
 from runner.settings import Settings
-from runner.state import entries, queries
+from runner.state import entries
 
 ready_timeout_s = 60
 
@@ -27,15 +27,7 @@ def api(tmp_path_factory):
         key = svc.auth.create_key("tests")
         for role in ("analyst", "manager"):
             svc.auth.create_user(role, "pw", role)
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline:
-            cur = svc.reader()
-            try:
-                if queries.workflows(cur):
-                    break
-            finally:
-                cur.close()
-            time.sleep(0.1)
+        svc.wait_workflows(ready_timeout_s)
         client.headers["Authorization"] = f"Bearer {key}"
         yield client, svc
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,7 +18,6 @@ from replog.entry import Entry
 from replog.filelog import FileLog
 from runner.api.app import create_app
 from runner.settings import Settings
-from runner.state import queries
 from runner.state.machine import RunnerStateMachine
 
 ready_timeout_s = 60
@@ -35,15 +33,7 @@ def embedded(data: Path):
         svc = app.state.service
         svc.auth.create_user("admin", "pw", "admin")
         key = svc.auth.create_key("tests")
-        deadline = time.monotonic() + ready_timeout_s
-        while time.monotonic() < deadline:
-            cur = svc.reader()
-            try:
-                if queries.workflows(cur):
-                    break
-            finally:
-                cur.close()
-            time.sleep(0.05)
+        svc.wait_workflows(ready_timeout_s, poll_s=0.05)
         client.headers["Authorization"] = f"Bearer {key}"
         yield client, svc
 

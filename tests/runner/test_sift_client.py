@@ -24,7 +24,6 @@ from runner.settings import Settings
 from runner.sift.config import SiftSettings
 from runner.sift.ratelimit import RateLimiter
 from runner.sift.translate import to_event
-from runner.state import queries
 
 ready_timeout_s = 60
 ACCOUNT = "acct-1"
@@ -52,13 +51,9 @@ def node(tmp_path_factory):
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:  # up, and the demo workflow published
         try:
-            if httpx.get(url + "/healthz").json()["status"] == "ok":
-                cur = service.reader()
-                try:
-                    if queries.workflows(cur):
-                        break
-                finally:
-                    cur.close()
+            if (httpx.get(url + "/healthz").json()["status"] == "ok"
+                    and service.wait_workflows(0)):
+                break
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
